@@ -109,7 +109,7 @@ def _remaining_mass(q, suffix, n, t_lo, h, num_nodes, groups):  # pragma: no cov
                 for k in range(n):
                     below += state[k]
                 lam_t = suffix[i + 1] * t
-                if lam_t > 0.0:
+                if 0.0 < lam_t < 745.0:  # beyond, the weight underflows (t may even be inf)
                     acc[g, i + 1] += h * lam_t * _decay(lam_t)[0] * below
                 if below < NEGLIGIBLE:
                     break
@@ -148,8 +148,9 @@ def sequential_prefix_mass(q_sorted: np.ndarray, n: int, h: float = LOG_TIME_STE
     if not np.any(live):
         return mass
     t_lo = _left_time(n, h)
-    t_hi = RIGHT_TAIL / suffix[live].min()
-    num_nodes = math.ceil(math.log(t_hi / t_lo) / h) + 1
+    # log(t_hi / t_lo) in logs, so that suffix masses down to the smallest subnormal stay finite
+    log_span = math.log(RIGHT_TAIL) - math.log(suffix[live].min()) - math.log(t_lo)
+    num_nodes = math.ceil(log_span / h) + 1
     groups = max(1, min(numba.get_num_threads(), num_nodes))
     remaining = _remaining_mass(q, suffix, n, t_lo, h, num_nodes, groups)
     remaining[live] += _left_weight(suffix[live], t_lo, h)

@@ -45,7 +45,7 @@ from otbound._sequential_mass import sequential_prefix_mass
 
 def _sweep_key(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     """``p/q`` per token; tokens with ``q = 0`` sort last (they never help to enter ``H``)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         key = p / q
     key[q <= 0] = np.inf
     return key
@@ -149,7 +149,7 @@ class DraftDesign(ABC):
                 f"(..., n, V) with n={n}, got {q.shape}"
             )
         vocab = q.shape[-1]
-        if n > vocab:
+        if n > vocab and (self.distinct or self.name == "topk"):
             raise ValueError(f"n={n} is larger than the vocabulary size V={vocab}")
         if self.distinct:
             support = np.count_nonzero(q > 0, axis=-1)
@@ -239,10 +239,17 @@ class WithoutReplacement(DraftDesign):
         tuples = _product_tuples(tokens, n)
         tuples = tuples[_distinct_rows(tuples)]
         mass = q[tuples]
-        # Mass left before each draw, summed over the tokens not yet drawn (no 1 - x rounding).
-        total = q[tokens].sum()
-        used = np.cumsum(mass, axis=1) - mass
-        left = total - used
+        # Mass left before each draw, summed over the tokens not yet drawn: never 1 − used,
+        # which cancels when a token holds nearly all the mass. Blocks bound the memory.
+        left = np.empty_like(mass)
+        block = max(1, (1 << 22) // max(q.size, 1))
+        for start in range(0, len(tuples), block):
+            rows = slice(start, start + block)
+            remaining = np.tile(q, (len(tuples[rows]), 1))
+            index = np.arange(len(tuples[rows]))
+            for j in range(n):
+                left[rows, j] = remaining.sum(axis=1)
+                remaining[index, tuples[rows, j]] = 0.0
         return tuples, np.prod(mass / left, axis=1)
 
     def prefix_mass(self, q_sorted, n):

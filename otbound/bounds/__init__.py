@@ -1,5 +1,21 @@
 """Optimal acceptance rates: the exact sweep and the HiGHS linear programs."""
 
+from otbound.bounds._highs import LPError
+from otbound.bounds.dual import DualResult, solve_dual
+from otbound.bounds.primal import PrimalResult, solve_primal
+from otbound.bounds.reference import solve_primal_cvxpy
+from otbound.bounds.spechub import SpecHubLPResult, solve_spechub_lp
 from otbound.bounds.sweep import SweepResult, optimal_acceptance
 
-__all__ = ["SweepResult", "optimal_acceptance"]
+__all__ = [
+    "DualResult",
+    "LPError",
+    "PrimalResult",
+    "SpecHubLPResult",
+    "SweepResult",
+    "optimal_acceptance",
+    "solve_dual",
+    "solve_primal",
+    "solve_primal_cvxpy",
+    "solve_spechub_lp",
+]

@@ -1,0 +1,130 @@
+"""Verifier throughput: simulation speed and the cost of exact acceptance rates.
+
+Goals (issue 3):
+
+* ``rrs.simulate`` at V = 1,000, n = 4: at least 1,000,000 trials per second;
+* exact acceptance of ``rrs``, ``rrs_without_replacement`` (n = 2), ``kseq``, ``spechub`` and
+  ``greedy`` at V = 32,000: at most 5 ms per step.
+
+Distributions are softmaxes of correlated Gaussian logits (a target and a draft model that agree
+on the rough shape), which is what logged LLM steps look like; Dirichlet draws with tiny
+concentrations produce subnormal floats that slow every elementwise operation and are avoided.
+Each timing is the best of several repeats (the machine is shared). Run::
+
+    python benchmarks/bench_verifiers.py [--steps 20] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+
+import numpy as np
+from scipy.special import softmax
+
+from otbound.verifiers import VERIFIERS, get_verifier
+from otbound.verifiers.base import sample_drafts
+
+
+def logged_pair(vocab: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    base = rng.normal(0.0, 3.0, vocab)
+    p = softmax(base + rng.normal(0.0, 1.0, vocab))
+    q = softmax(base + rng.normal(0.0, 1.0, vocab))
+    return p, q
+
+
+def best_of(repeats: int, fn) -> float:
+    best = np.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def machine() -> str:
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        usable = os.cpu_count()
+    return (
+        f"{platform.platform()} | {platform.processor() or platform.machine()} | "
+        f"CPUs: {os.cpu_count()} (usable: {usable}) | Python {platform.python_version()} | "
+        f"numpy {np.__version__}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20, help="steps for the exact timings")
+    parser.add_argument("--repeats", type=int, default=3, help="repeats (best is kept)")
+    parser.add_argument("--trials", type=int, default=1_000_000, help="trials for simulate")
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    print("machine:", machine())
+    print()
+
+    # -- simulation throughput at V = 1,000 -----------------------------------------------------
+    p, q = logged_pair(1_000, rng)
+    print(
+        f"simulate, V = 1,000, {args.trials:,} trials (trials per second, best of {args.repeats})"
+    )
+    print(f"{'verifier':26s} {'n':>2s} {'trials/s':>14s} {'goal':>12s}")
+    for name in VERIFIERS:
+        v = get_verifier(name)
+        n = 2 if name == "spechub" else 4
+        if not v.applies(p, q, n):
+            continue
+        trials = args.trials if name in ("rrs", "single", "kseq", "greedy", "topk") else 100_000
+        v.simulate(p, q, n, trials=1_000, seed=0)  # compile and warm up
+        seconds = best_of(args.repeats, lambda v=v, n=n, t=trials: v.simulate(p, q, n, t, seed=1))
+        goal = ">= 1,000,000" if name == "rrs" else ""
+        flag = ("  ok" if trials / seconds >= 1e6 else "  MISSED") if goal else ""
+        print(f"{name:26s} {n:2d} {trials / seconds:14,.0f} {goal:>12s}{flag}")
+    v = get_verifier("rrs_without_replacement")
+    drafts = sample_drafts(v._spec, q, 4, 100_000, np.random.default_rng(0))
+    gen = np.random.default_rng(1)
+    seconds = best_of(args.repeats, lambda: v._verify_batch(drafts, p, q, gen))
+    print(f"{'  its verification only':26s} {4:2d} {100_000 / seconds:14,.0f}")
+    print("(rrs_without_replacement's simulate is dominated by drafts.WithoutReplacement.sample,")
+    print(" which draws a Gumbel key for every token: O(trials x V))")
+    print()
+
+    # -- exact acceptance at V = 32,000 ------------------------------------------------------------
+    steps = [logged_pair(32_000, rng) for _ in range(args.steps)]
+    print(
+        f"exact acceptance, V = 32,000: ms per step (mean over {args.steps} steps, best of "
+        f"{args.repeats}; input validation included)"
+    )
+    print(f"{'verifier':26s} {'n':>2s} {'ms/step':>10s} {'goal':>8s}")
+    rows = [
+        ("rrs", 2),
+        ("rrs", 4),
+        ("rrs_without_replacement", 2),
+        ("kseq", 2),
+        ("kseq", 4),
+        ("spechub", 2),
+        ("greedy", 2),
+        ("greedy", 4),
+        ("single", 4),
+        ("topk", 4),
+        ("importance", 2),
+    ]
+    for name, n in rows:
+        v = get_verifier(name)
+        v.acceptance(*steps[0], n)  # compile and warm up
+        seconds = best_of(args.repeats, lambda v=v, n=n: [v.acceptance(a, b, n) for a, b in steps])
+        ms = 1e3 * seconds / len(steps)
+        goal = (
+            "<= 5"
+            if name in ("rrs", "rrs_without_replacement", "kseq", "spechub", "greedy")
+            else ""
+        )
+        flag = ("  ok" if ms <= 5 else "  MISSED") if goal else ""
+        print(f"{name:26s} {n:2d} {ms:10.3f} {goal:>8s}{flag}")
+
+
+if __name__ == "__main__":
+    main()

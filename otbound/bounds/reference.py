@@ -1,0 +1,66 @@
+r"""The set LP written in cvxpy: the reference formulation for the docs, and a test oracle.
+
+.. math::
+
+    α^* = \max_{C ≥ 0} \sum_{S}\sum_{y∈S} C[S, y]
+    \quad\text{s.t.}\quad \sum_{y∈S} C[S, y] ≤ Q(S),\qquad \sum_{S∋y} C[S, y] ≤ p(y).
+
+:func:`otbound.solve_primal` solves the same LP through the HiGHS wrapper directly (faster,
+and it returns the plan); this version is for reading and cross-checking.
+"""
+
+from __future__ import annotations
+
+import cvxpy as cp
+import numpy as np
+
+from otbound.bounds._highs import LPError
+from otbound.bounds.primal import set_problem
+from otbound.drafts import DraftDesign
+
+
+def solve_primal_cvxpy(
+    p: object, q: object, n: int = 2, design: str | DraftDesign = "iid"
+) -> float:
+    """``α*`` by the set LP in cvxpy (HiGHS backend, presolve off).
+
+    Parameters
+    ----------
+    p : array_like, shape (V,)
+    q : array_like, shape (V,), or (n, V) for ``design="per_slot"``
+    n : int, default 2
+    design : str or DraftDesign, default "iid"
+
+    Returns
+    -------
+    float
+        The optimal acceptance rate.
+
+    Raises
+    ------
+    ValueError
+        Invalid inputs (as :func:`otbound.solve_primal`).
+    otbound.LPError
+        cvxpy did not report an optimal solution.
+
+    Examples
+    --------
+    >>> from otbound.bounds.reference import solve_primal_cvxpy
+    >>> round(solve_primal_cvxpy([0.3, 0.4, 0.3], [0.6, 0.3, 0.1], n=1), 6)
+    0.7
+    """
+    prob = set_problem(p, q, n, design, caller="solve_primal_cvxpy")
+    m = prob.sets.shape[0]
+    incidence = prob.incidence()  # rows: the m sets, then the V tokens; columns: cells y ∈ S
+    plan = cp.Variable(prob.cell_set.size, nonneg=True)  # C[S, y] for the cells y ∈ S
+    problem = cp.Problem(
+        cp.Maximize(cp.sum(plan)),
+        [
+            incidence[:m] @ plan <= prob.set_probs,  # each set S sends at most Q(S)
+            incidence[m:] @ plan <= prob.p,  # each token y receives at most p(y)
+        ],
+    )
+    problem.solve(solver=cp.HIGHS, presolve="off")
+    if problem.status != cp.OPTIMAL:
+        raise LPError(f"solve_primal_cvxpy: cvxpy status {problem.status!r}, not optimal")
+    return float(np.clip(problem.value, 0.0, 1.0))

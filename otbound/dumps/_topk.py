@@ -1,0 +1,422 @@
+r"""Truncated (top-k) rows: exact processing where possible, and an interval for ``α*``.
+
+A top-k row knows the probabilities of its ``K`` stored tokens and the total mass of the
+rest (the tail), not how the tail is spread. Two things follow.
+
+*Processing.* Temperature 1 changes nothing and temperature 0 (greedy) is exact: the argmax
+is stored. Any other temperature reshapes the tail in a way that depends on the unknown tail
+logits, so it is refused. Top-k filtering with ``k <= K`` is exact (the tail is dropped), and
+so is top-p filtering when the stored tokens already hold at least ``top_p`` of the mass (no
+tail token survives); otherwise it is refused, naming the steps. Ties between a stored token
+and unseen tail tokens at a cut-off are resolved in favour of the stored token.
+
+*The bound.* For the ``iid`` design the full-vocabulary ``α*`` lies in ``[lower, upper]``,
+see :func:`topk_interval`. Other designs are refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from otbound._checks import as_num_drafts
+from otbound.bounds import optimal_acceptance
+from otbound.dumps._format import TOPK_SUM_TOLERANCE, DumpError, TopKRows
+from otbound.dumps._processing import (
+    _check_filters,
+    _step_ids,
+    _top_p_mask,
+    describe_steps,
+    prepare_distributions,
+)
+
+#: Designs for which :func:`topk_interval` derives a valid interval.
+INTERVAL_DESIGNS = ("iid",)
+
+
+def find_bad_topk_steps(rows: TopKRows) -> np.ndarray:
+    """Top-k rows that are invalid: NaN or ``+inf`` logits, a non-finite logsumexp, ids out of
+    ``[0, V)`` or repeated, or stored probabilities summing to more than ``1 + 1e-4``.
+
+    Returns
+    -------
+    numpy.ndarray of bool, shape (steps,)
+    """
+    logits = np.asarray(rows.logits, dtype=np.float64)
+    bad = np.any(np.isnan(logits) | np.isposinf(logits), axis=1)
+    bad |= ~np.isfinite(rows.logsumexp)
+    bad |= np.any((rows.ids < 0) | (rows.ids >= rows.vocab_size), axis=1)
+    if rows.k > 1:
+        ordered = np.sort(rows.ids, axis=1)
+        bad |= np.any(ordered[:, 1:] == ordered[:, :-1], axis=1)
+    with np.errstate(invalid="ignore"):
+        bad |= ~(rows.probabilities().sum(axis=1) <= 1.0 + TOPK_SUM_TOLERANCE)
+    return bad
+
+
+def _known_and_tail(rows: TopKRows) -> tuple[np.ndarray, np.ndarray]:
+    """Stored probabilities (rescaled when rounding pushed their sum above one) and tails."""
+    probs = rows.probabilities()
+    total = probs.sum(axis=1)
+    over = total > 1.0
+    probs[over] /= total[over, None]
+    return probs, rows.tail_mass() * ~over
+
+
+def process_topk(
+    rows: TopKRows,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    *,
+    step_ids: object = None,
+    name: str = "rows",
+) -> TopKRows:
+    """Apply temperature, top-k and top-p to top-k rows where that is exact; refuse otherwise.
+
+    Parameters
+    ----------
+    rows : TopKRows
+        Valid rows (see :func:`find_bad_topk_steps`).
+    temperature : {1.0, 0.0}
+        Other values are refused: the tail's shape is unknown.
+    top_k : int, optional
+        Must be ``<= K`` (or ``>= V``, a no-op) unless every tail is empty.
+    top_p : float, optional
+        Rows whose stored mass is below ``top_p`` (and whose tail is not empty) are refused.
+    step_ids : array_like of int, optional
+        Global step ids, for messages.
+    name : str
+        What the rows are (``"target"``), for messages.
+
+    Returns
+    -------
+    TopKRows
+        Rows with ``logsumexp = 0`` and ``logits = log p`` (``-inf`` for dropped tokens); the
+        tail is empty after any filtering or at temperature 0.
+
+    Raises
+    ------
+    ValueError
+        A temperature other than 0 or 1, or a ``top_k`` above ``K`` with a non-empty tail.
+    DumpError
+        Steps where the filtering would need unseen tokens (named).
+    """
+    _check_filters(temperature, top_k, top_p)
+    ids = _step_ids(step_ids, rows.num_steps)
+    if temperature not in (0.0, 1.0):
+        raise ValueError(
+            f"temperature {temperature:g} cannot be applied exactly to top-{rows.k} rows: the "
+            "tail's shape is unknown, so its tempered mass is too. Use temperature 1 or 0, or "
+            "dump full logits"
+        )
+    probs, tail = _known_and_tail(rows)
+    logits = np.asarray(rows.logits, dtype=np.float64)
+    zeros = np.zeros(rows.num_steps)
+    if temperature == 0:
+        peak = logits.max(axis=1, keepdims=True)
+        tied = logits == peak
+        unsure = np.all(tied, axis=1) & (tail > 0)
+        if np.any(unsure):
+            raise DumpError(
+                f"{name}: temperature 0 is ambiguous at {describe_steps(ids[unsure])}: every "
+                "stored token ties for the maximum, and unseen tokens may tie too"
+            )
+        pick = np.argmin(np.where(tied, rows.ids, np.iinfo(np.int64).max), axis=1)
+        out = np.full(logits.shape, -np.inf)
+        out[np.arange(rows.num_steps), pick] = 0.0
+        return TopKRows(rows.ids, out, zeros, rows.vocab_size)
+    if top_k is not None and top_k < rows.vocab_size:
+        if top_k < rows.k:
+            kth = -np.partition(-logits, top_k - 1, axis=1)[:, top_k - 1 : top_k]
+            probs[logits < kth] = 0.0
+        elif top_k > rows.k and np.any(tail > 0):
+            raise ValueError(
+                f"top_k={top_k} needs more tokens than the {rows.k} stored per row: the "
+                "filtered rows would include unseen tail tokens"
+            )
+        probs /= probs.sum(axis=1, keepdims=True)
+        tail = np.zeros_like(tail)
+    if top_p is not None and top_p < 1.0:
+        short = (probs.sum(axis=1) < top_p) & (tail > 0)
+        if np.any(short):
+            raise DumpError(
+                f"{name}: top_p={top_p:g} needs tokens beyond the {rows.k} stored per row at "
+                f"{describe_steps(ids[short])}: the stored mass there is below top_p; "
+                "store more tokens per row or full logits"
+            )
+        probs[~_top_p_mask(probs, float(top_p))] = 0.0
+        probs /= probs.sum(axis=1, keepdims=True)
+        tail = np.zeros_like(tail)
+    with np.errstate(divide="ignore"):
+        out = np.log(probs)
+    # rows untouched by filtering keep their tail: exp(out) sums to 1 − tail, lse = 0
+    return TopKRows(rows.ids, out, zeros, rows.vocab_size)
+
+
+def _merge_rows(target: TopKRows, draft: TopKRows) -> tuple[np.ndarray, ...]:
+    """Per row, the union of stored ids with the two known probabilities (NaN: unknown).
+
+    Returns ``p`` and ``q`` of shape (steps, K_t + K_d) on the union's tokens (each id once;
+    repeated slots become padding with ``p = q = 0``) and the two tail masses.
+    """
+    p_known, p_tail = _known_and_tail(target)
+    q_known, q_tail = _known_and_tail(draft)
+    steps = target.num_steps
+    ids = np.concatenate([target.ids, draft.ids], axis=1)
+    nan_q = np.full((steps, draft.k), np.nan)
+    nan_p = np.full((steps, target.k), np.nan)
+    p = np.concatenate([p_known, nan_q], axis=1)
+    q = np.concatenate([nan_p, q_known], axis=1)
+    order = np.argsort(ids, axis=1, kind="stable")
+    ids = np.take_along_axis(ids, order, axis=1)
+    p = np.take_along_axis(p, order, axis=1)
+    q = np.take_along_axis(q, order, axis=1)
+    # ids are distinct within each model, so a repeated id is one target and one draft slot
+    first = np.zeros(ids.shape, dtype=bool)
+    first[:, :-1] = ids[:, 1:] == ids[:, :-1]
+    second = np.zeros(ids.shape, dtype=bool)
+    second[:, 1:] = first[:, :-1]
+    p_next = np.roll(p, -1, axis=1)
+    q_next = np.roll(q, -1, axis=1)
+    p = np.where(first, np.fmax(p, p_next), p)
+    q = np.where(first, np.fmax(q, q_next), q)
+    p[second] = 0.0
+    q[second] = 0.0
+    # with an empty tail, a token the model did not store has probability zero: known
+    p[np.isnan(p) & (p_tail[:, None] == 0)] = 0.0
+    q[np.isnan(q) & (q_tail[:, None] == 0)] = 0.0
+    return p, q, p_tail, q_tail
+
+
+def _iid_alpha(p: np.ndarray, q: np.ndarray, n: int) -> np.ndarray:
+    """``α*`` of i.i.d. drafts per row; zero columns pad the rows to at least ``n`` tokens
+    (tokens with ``p = q = 0`` change nothing, and otbound refuses ``n > V``)."""
+    if p.shape[1] < n:
+        pad = np.zeros((p.shape[0], n - p.shape[1]))
+        p, q = np.concatenate([p, pad], axis=1), np.concatenate([q, pad], axis=1)
+    alpha = optimal_acceptance(p, q, n, "iid", normalize=True)
+    return np.atleast_1d(np.asarray(alpha, dtype=np.float64))
+
+
+def _check_design(design: str) -> None:
+    if design not in INTERVAL_DESIGNS:
+        raise DumpError(
+            f"no valid interval for the full-vocabulary α* is derived for design {design!r} "
+            f"on top-k rows (only for {', '.join(INTERVAL_DESIGNS)}), and it is not "
+            "approximated; dump full logits for this design"
+        )
+
+
+def topk_interval(
+    target: TopKRows, draft: TopKRows, n: int, design: str = "iid"
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""An interval ``[lower, upper]`` that contains the full-vocabulary ``α*`` of every step.
+
+    Write ``K_p`` (``K_q``) for the tokens whose target (draft) probability is known: the
+    stored ones, or every token when that model's tail is empty; ``r_p`` and ``r_q`` for the
+    tail masses. For i.i.d. drafts ``α* = 1 + \min_H [p(H) − q(H)^n]``.
+
+    **Upper bound: merge the unknown tokens into one.** Let ``K = K_p ∩ K_q`` and ``R = V ∖ K``.
+    The merged pair lives on ``K ∪ {R}`` with ``p̄(R) = 1 − p(K)``, ``q̄(R) = 1 − q(K)``
+    (both known). Every set of cells ``H̄`` is the set of tokens ``H = ∪H̄`` with
+    ``p(H) = p̄(H̄)`` and ``q(H) = q̄(H̄)``, so the merged minimum runs over a subfamily of the
+    sets ``H`` and cannot be smaller: ``α*(p, q) <= α*(p̄, q̄) = upper``, whatever the tails
+    hold. (Merging tokens never lowers ``α*`` for i.i.d. drafts because ``Q(H) = q(H)^n``
+    depends on ``q(H)`` alone; the tests check it on random partitions. It is not true for
+    every design: with ``conditional_poisson`` drafts, ``p = (.12, .08, .01, .44, .35)``,
+    ``q = (.03, .31, .22, .21, .23)``, ``n = 2``, merging the last two tokens lowers ``α*``
+    from 0.9100 to 0.8836.)
+
+    **Lower bound: the tails as adversarial as possible.** For any ``H``,
+    ``p(H) >= p(H ∩ K_p)`` and ``q(H) <= q(H ∩ K_q) + r_q``. Build ``p̃, q̃`` on
+    ``K_p ∪ K_q`` plus two new tokens ``t_p`` (``p̃ = r_p``, ``q̃ = 0``) and ``t_q``
+    (``p̃ = 0``, ``q̃ = r_q``), with ``p̃ = 0`` where ``p`` is unknown and ``q̃ = 0`` where
+    ``q`` is unknown. Then ``H̃ = (H ∩ (K_p ∪ K_q)) ∪ {t_q}`` has ``p̃(H̃) <= p(H)`` and
+    ``q̃(H̃) >= q(H)``, so ``p(H) − q(H)^n >= p̃(H̃) − q̃(H̃)^n >= \min_{H̃}[…]`` for every ``H``:
+    ``α*(p, q) >= α*(p̃, q̃) = lower``. This is the ``α*`` of the completion that puts the two
+    tails on disjoint, never-stored tokens, where no tail token can be accepted.
+
+    Both bounds are exact when both tails are empty, and their gap shrinks with the tails.
+    They hold for the stored numbers: tail masses below ``1e-12`` count as zero, and stored
+    probabilities whose sum exceeds one by rounding are rescaled.
+
+    Parameters
+    ----------
+    target, draft : TopKRows
+        Valid rows of the two models at the same steps, over one vocabulary (after
+        :func:`process_topk`, or raw at temperature 1).
+    n : int
+        Number of drafts.
+    design : str, default "iid"
+        Only ``"iid"`` (``n = 1``: single-draft speculative sampling) has a derived interval.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+        ``lower`` and ``upper``, float64, shape (steps,).
+
+    Raises
+    ------
+    DumpError
+        Another design, different step counts or vocabularies.
+    """
+    n = as_num_drafts(n)
+    _check_design(design)
+    if target.num_steps != draft.num_steps:
+        raise DumpError(
+            f"target and draft hold different numbers of steps: {target.num_steps} and "
+            f"{draft.num_steps}"
+        )
+    if target.vocab_size != draft.vocab_size:
+        raise DumpError(
+            f"target and draft vocabularies differ ({target.vocab_size} and "
+            f"{draft.vocab_size} tokens); truncating top-k rows is not exact (the cut tokens' "
+            "share of the tail is unknown), so it is not supported: dump full logits"
+        )
+    steps = target.num_steps
+    if steps == 0:
+        return np.zeros(0), np.zeros(0)
+    p, q, p_tail, q_tail = _merge_rows(target, draft)
+    p_unknown, q_unknown = np.isnan(p), np.isnan(q)
+    both = ~p_unknown & ~q_unknown
+    p_up = np.where(both, p, 0.0)
+    q_up = np.where(both, q, 0.0)
+    rest_p = np.clip(1.0 - p_up.sum(axis=1, keepdims=True), 0.0, 1.0)
+    rest_q = np.clip(1.0 - q_up.sum(axis=1, keepdims=True), 0.0, 1.0)
+    upper = _iid_alpha(
+        np.concatenate([p_up, rest_p], axis=1), np.concatenate([q_up, rest_q], axis=1), n
+    )
+    p_lo = np.where(p_unknown, 0.0, p)
+    q_lo = np.where(q_unknown, 0.0, q)
+    t_p = np.clip(1.0 - p_lo.sum(axis=1, keepdims=True), 0.0, 1.0)
+    t_q = np.clip(1.0 - q_lo.sum(axis=1, keepdims=True), 0.0, 1.0)
+    zero = np.zeros((steps, 1))
+    lower = _iid_alpha(
+        np.concatenate([p_lo, t_p, zero], axis=1), np.concatenate([q_lo, zero, t_q], axis=1), n
+    )
+    exact = (p_tail == 0) & (q_tail == 0)  # both pairs are then (p, q) up to zero padding
+    lower[exact] = upper[exact]
+    return lower, upper
+
+
+@dataclass(frozen=True)
+class AcceptanceInterval:
+    """``α*`` per step as an interval (``lower == upper`` where it is exact).
+
+    Attributes
+    ----------
+    lower, upper : numpy.ndarray of float64, shape (m,)
+        Bounds on the full-vocabulary ``α*`` of each kept step.
+    step : numpy.ndarray of int64, shape (m,)
+        Global step ids of the kept steps.
+    kept : numpy.ndarray of bool, shape (steps,)
+    skipped : numpy.ndarray of int64
+        Global ids of bad steps dropped (``skip_bad_steps=True``).
+    n : int
+    design : str
+    """
+
+    lower: np.ndarray
+    upper: np.ndarray
+    step: np.ndarray
+    kept: np.ndarray
+    skipped: np.ndarray
+    n: int
+    design: str
+
+    @property
+    def exact(self) -> np.ndarray:
+        """Steps where the interval is a point (full rows, or empty tails)."""
+        return self.lower == self.upper
+
+
+def acceptance_interval(
+    target: np.ndarray | TopKRows,
+    draft: np.ndarray | TopKRows,
+    n: int,
+    design: str = "iid",
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    values: str | tuple[str, str] = "logits",
+    step_ids: object = None,
+    skip_bad_steps: bool = False,
+    truncate_vocab: bool = False,
+) -> AcceptanceInterval:
+    """``α*`` of every step, for full rows (a point) or top-k rows (an interval).
+
+    Full rows go through :func:`~otbound.dumps.prepare_distributions` and
+    :func:`otbound.optimal_acceptance` (any design). Top-k rows go through
+    :func:`process_topk` and :func:`topk_interval` (``iid`` only; temperature 0 or 1;
+    ``truncate_vocab`` is refused).
+
+    Parameters
+    ----------
+    target, draft : numpy.ndarray, shape (steps, V), or TopKRows
+    n : int
+    design : str, default "iid"
+    temperature, top_k, top_p, values, step_ids, skip_bad_steps, truncate_vocab
+        As in :func:`~otbound.dumps.prepare_distributions`.
+
+    Returns
+    -------
+    AcceptanceInterval
+    """
+    n = as_num_drafts(n)
+    topk = isinstance(target, TopKRows), isinstance(draft, TopKRows)
+    if not any(topk):
+        dist = prepare_distributions(
+            target,
+            draft,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            values=values,
+            step_ids=step_ids,
+            skip_bad_steps=skip_bad_steps,
+            truncate_vocab=truncate_vocab,
+        )
+        alpha = (
+            np.atleast_1d(np.asarray(optimal_acceptance(dist.target, dist.draft, n, design)))
+            if dist.step.size
+            else np.zeros(0)
+        )
+        return AcceptanceInterval(
+            alpha, alpha.copy(), dist.step, dist.kept, dist.skipped, n, design
+        )
+    if not all(topk):
+        raise DumpError("target and draft must both be full rows or both be top-k rows")
+    assert isinstance(target, TopKRows) and isinstance(draft, TopKRows)
+    _check_design(design)
+    if truncate_vocab and target.vocab_size != draft.vocab_size:
+        raise DumpError(
+            "truncate_vocab is not supported for top-k rows: the cut tokens' share of the "
+            "unknown tail cannot be recovered; dump full logits"
+        )
+    if target.num_steps != draft.num_steps:
+        raise DumpError(
+            f"target and draft hold different numbers of steps: {target.num_steps} and "
+            f"{draft.num_steps}"
+        )
+    ids = _step_ids(step_ids, target.num_steps)
+    bad_t, bad_d = find_bad_topk_steps(target), find_bad_topk_steps(draft)
+    bad = bad_t | bad_d
+    if np.any(bad) and not skip_bad_steps:
+        which = [f"target at {describe_steps(ids[bad_t])}"] if np.any(bad_t) else []
+        which += [f"draft at {describe_steps(ids[bad_d])}"] if np.any(bad_d) else []
+        raise DumpError(
+            "invalid top-k rows (NaN or +inf logits, a non-finite logsumexp, bad or repeated "
+            "ids, or probabilities above the logsumexp): "
+            + "; ".join(which)
+            + " (global step ids); pass skip_bad_steps=True to drop them"
+        )
+    kept = ~bad
+    t_rows, d_rows = target.take(kept), draft.take(kept)
+    common = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "step_ids": ids[kept]}
+    t_rows = process_topk(t_rows, name="target", **common)
+    d_rows = process_topk(d_rows, name="draft", **common)
+    lower, upper = topk_interval(t_rows, d_rows, n, design)
+    return AcceptanceInterval(lower, upper, ids[kept], kept, ids[bad], n, design)

@@ -1,0 +1,22 @@
+"""Multi-draft verifiers: exact acceptance where known, vectorised simulation, one-trial verify.
+
+=============================  ======================  =========================================
+name                           design                  exact acceptance ``P(Y ∈ x̄)``
+=============================  ======================  =========================================
+``single``                     ``iid``                 ``β(p, q)`` (first draft only for n > 1)
+``rrs``                        ``iid``                 ``1 − Π_k (1 − β(p_k, q))``
+``rrs_without_replacement``    ``without_replacement`` closed form n ≤ 2; enumeration n ≥ 3
+``kseq``                       ``iid``                 ``1 − (1 − β(ρ*))^n``
+``spechub``                    ``hub`` (n = 2)         ``α*_hub``
+``greedy``                     ``greedy``              ``α*_greedy``
+``topk``                       ``topk``                ``p(T) = α*_topk``
+``importance``                 ``iid`` / ``per_slot``  closed form n ≤ 2; enumeration n ≥ 3
+``gls``                        ``iid``                 n = 1 only (Monte Carlo otherwise)
+``optimal``                    any (small V)           ``α*`` from the LP plan
+=============================  ======================  =========================================
+"""
+
+from otbound.verifiers.base import BaseVerifier, SimulationResult, Verifier
+from otbound.verifiers.registry import VERIFIERS, get_verifier
+
+__all__ = ["VERIFIERS", "BaseVerifier", "SimulationResult", "Verifier", "get_verifier"]

@@ -1,0 +1,423 @@
+r"""The verifier protocol, its result objects, and the helpers every verifier shares.
+
+A *verifier* sees ``n`` draft tokens ``x̄ = (x_1..x_n)`` drawn by a draft design from ``q``,
+the target ``p`` and the draft ``q``, and outputs one token ``Y``. It is *lossless* when
+``Y ~ p`` exactly. Its acceptance rate is
+
+.. math::
+
+    α = P(Y ∈ \bar x),
+
+the event that the output is one of the drafts (what engines call "a draft token
+accepted", and what the optimal acceptance rate ``α*`` bounds). Every verifier here reports
+this membership event: ``SimulationResult.accepted[t]`` is ``tokens[t] ∈ drafts[t]``. For most
+verifiers it coincides with "the acceptance test passed" because the residual distribution is
+zero on every rejected draft; where it does not (``single`` with ``n > 1``, ``importance``) the
+module says so and its exact acceptance counts the residual draw landing on another draft.
+
+The protocol (:class:`Verifier`) is what :func:`otbound.check_lossless` and
+:func:`otbound.compare` need: ``design``, ``acceptance`` (may return ``None``), and
+``simulate`` or a single-trial ``verify``. :class:`BaseVerifier` implements the protocol for
+the shipped verifiers: input validation, seeded simulation (draws the drafts from the design,
+then calls the verifier's vectorised ``_verify_batch``), and ``verify`` for one trial.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+
+from otbound._checks import as_distribution_pair, as_num_drafts
+from otbound.drafts import DraftDesign, get_design
+
+__all__ = [
+    "BaseVerifier",
+    "SimulationResult",
+    "Verifier",
+    "membership",
+    "overlap",
+    "residual",
+    "sample_tokens",
+]
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    """What :func:`otbound.check_lossless` and :func:`otbound.compare` accept.
+
+    Attributes
+    ----------
+    design : str or DraftDesign
+        The draft design whose drafts the verifier expects (a name in :data:`otbound.DESIGNS`).
+
+    Methods
+    -------
+    acceptance(p, q, n) -> float or None
+        Exact ``P(Y ∈ x̄)``, or ``None`` where no closed form or enumeration exists.
+    simulate(p, q, n, trials, seed) -> SimulationResult
+        Seeded Monte Carlo: ``.tokens`` (int, (trials,)) and ``.accepted`` (bool, (trials,)).
+    verify(drafts, p, q, rng) -> (int, bool)
+        One trial (an alternative to ``simulate``; at least one of the two is required).
+    """
+
+    design: Any
+
+    def acceptance(self, p: Any, q: Any, n: int = 2) -> float | None: ...
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    """Monte Carlo output of one verifier on one step.
+
+    Attributes
+    ----------
+    tokens : numpy.ndarray of int64, shape (trials,)
+        The output token ``Y`` of each trial.
+    accepted : numpy.ndarray of bool, shape (trials,)
+        ``Y ∈ x̄`` for each trial.
+    drafts : numpy.ndarray of int64, shape (trials, n)
+        The draft tuples the trials verified.
+    verifier : str
+    design : str
+    n : int
+    seed : object
+        The seed the simulation was run with.
+    """
+
+    tokens: np.ndarray
+    accepted: np.ndarray
+    drafts: np.ndarray = field(repr=False)
+    verifier: str = ""
+    design: str = ""
+    n: int = 0
+    seed: object = None
+
+    @property
+    def trials(self) -> int:
+        """Number of trials."""
+        return int(self.tokens.shape[0])
+
+    @property
+    def acceptance(self) -> float:
+        """Monte Carlo acceptance rate, the mean of ``accepted``."""
+        return float(np.mean(self.accepted))
+
+    @property
+    def stderr(self) -> float:
+        """Standard error of :attr:`acceptance`, ``sqrt(a (1 − a) / trials)``."""
+        a = self.acceptance
+        return math.sqrt(a * (1.0 - a) / self.trials)
+
+    def ci(self, level: float = 0.95) -> tuple[float, float]:
+        """Wilson score interval for the acceptance rate at confidence ``level``."""
+        return wilson_interval(int(np.count_nonzero(self.accepted)), self.trials, level)
+
+
+def wilson_interval(successes: int, trials: int, level: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion (never outside [0, 1])."""
+    from scipy.stats import norm
+
+    z = float(norm.ppf(0.5 + level / 2.0))
+    phat = successes / trials
+    denom = 1.0 + z * z / trials
+    centre = (phat + z * z / (2.0 * trials)) / denom
+    half = z * math.sqrt(phat * (1.0 - phat) / trials + z * z / (4.0 * trials * trials)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+# -- shared helpers ------------------------------------------------------------------------
+
+
+def overlap(p: np.ndarray, q: np.ndarray) -> float:
+    """``β(p, q) = Σ_x min(p_x, q_x)``, the single-draft acceptance rate (``1 − TV``)."""
+    return float(np.minimum(p, q).sum())
+
+
+def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``res(p, q) = (p − q)⁺ / Σ (p − q)⁺``, the distribution to sample after a rejection.
+
+    The normaliser is summed from the positive parts (not ``1 − β``) so that it carries no
+    cancellation. When ``p ≤ q`` everywhere (``p = q``) a rejection has probability zero and
+    ``p`` itself is returned.
+    """
+    d = np.maximum(p - q, 0.0)
+    total = d.sum()
+    if total <= 0.0:
+        return p.copy()
+    return d / total
+
+
+def sample_tokens(dist: np.ndarray, u: np.ndarray | float) -> np.ndarray:
+    """Tokens drawn from ``dist`` (V,) by inverting its CDF at uniforms ``u``; never a zero.
+
+    ``dist`` need not be normalised.
+    """
+    cdf = np.cumsum(dist)
+    idx = np.searchsorted(cdf, np.asarray(u) * cdf[-1], side="right")
+    last_positive = int(np.flatnonzero(dist > 0)[-1])
+    return np.minimum(idx, last_positive)
+
+
+#: Draft tuples are sampled in chunks of at most this many ``rows × V`` entries, because some
+#: designs (``without_replacement``'s Gumbel-top-k) build a ``(rows, V)`` array of keys.
+SAMPLE_CHUNK_ENTRIES = 1 << 23
+
+
+def sample_drafts(
+    design: DraftDesign, q: np.ndarray, n: int, trials: int, rng: np.random.Generator
+) -> np.ndarray:
+    """``design.sample`` in chunks bounding the memory to ~64 MB; int64 (trials, n)."""
+    rows = max(1, SAMPLE_CHUNK_ENTRIES // q.shape[-1])
+    if trials <= rows:
+        return np.ascontiguousarray(design.sample(q, n, trials, rng), dtype=np.int64)
+    out = np.empty((trials, n), dtype=np.int64)
+    for start in range(0, trials, rows):
+        stop = min(trials, start + rows)
+        out[start:stop] = design.sample(q, n, stop - start, rng)
+    return out
+
+
+def membership(tokens: np.ndarray, drafts: np.ndarray) -> np.ndarray:
+    """``tokens[t] ∈ drafts[t]`` for each trial: the acceptance event."""
+    return np.any(drafts == tokens[:, None], axis=1)
+
+
+def as_seed_rng(seed: object) -> np.random.Generator:
+    """A numpy Generator from an int, a SeedSequence or a Generator (passed through)."""
+    if isinstance(seed, np.random.Generator):
+        return seed
+    try:
+        return np.random.default_rng(seed)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"seed must be an int, a numpy SeedSequence or a Generator, got {seed!r}"
+        ) from exc
+
+
+def as_trials(trials: object) -> int:
+    """Validate a number of Monte Carlo trials: an integer >= 1."""
+    if isinstance(trials, bool) or not isinstance(trials, numbers.Integral) or trials < 1:
+        raise ValueError(f"trials must be an integer >= 1, got {trials!r}")
+    return int(trials)
+
+
+class BaseVerifier(ABC):
+    """Common machinery of the shipped verifiers.
+
+    Subclasses set :attr:`name` and :attr:`default_design` and implement
+    :meth:`_acceptance` (exact value or ``None``), :meth:`_verify_one` (one trial, plain
+    Python, to be read next to the paper) and :meth:`_verify_batch` (all trials at once,
+    vectorised or compiled). Inputs are validated once here.
+
+    Parameters
+    ----------
+    design : str, optional
+        The draft design (only verifiers listing several in :attr:`designs` accept another one).
+
+    Attributes
+    ----------
+    name : str
+        Registry name.
+    design : str
+        The draft design the verifier expects.
+    designs : tuple of str
+        The designs the verifier is defined for.
+    fixed_n : int or None
+        The only number of drafts it is defined for (``spechub``: 2).
+    """
+
+    name: ClassVar[str]
+    default_design: ClassVar[str] = "iid"
+    designs: ClassVar[tuple[str, ...]] = ()
+    fixed_n: ClassVar[int | None] = None
+
+    def __init__(self, design: str | DraftDesign | None = None) -> None:
+        spec = get_design(self.default_design if design is None else design)
+        allowed = self.designs or (self.default_design,)
+        if spec.name not in allowed:
+            raise ValueError(
+                f"verifier {self.name!r} is defined for design(s) {', '.join(allowed)}; "
+                f"got design={spec.name!r}"
+            )
+        self._spec: DraftDesign = spec
+        self.design: str = spec.name
+
+    def __repr__(self) -> str:
+        return f"<verifier {self.name!r} design={self.design!r}>"
+
+    def _memo(self, tag: str, p: np.ndarray, q: np.ndarray, n: int, build):
+        """``build()`` cached on the exact inputs (a few entries), so that a loop of
+        :meth:`verify` calls on one step solves its LP or bisection once."""
+        key = (tag, n, p.tobytes(), q.tobytes())
+        cache = self.__dict__.setdefault("_cache", {})
+        if key not in cache:
+            if len(cache) >= 8:
+                cache.clear()
+            cache[key] = build()
+        return cache[key]
+
+    # -- validation ---------------------------------------------------------------------------
+    def _clean(self, p: object, q: object, n: object) -> tuple[np.ndarray, np.ndarray, int]:
+        """Validate the values and shapes of ``p``, ``q`` (one step) and ``n``."""
+        n = as_num_drafts(n)
+        slot = self._spec.slot_axis
+        p_arr, q_arr = as_distribution_pair(p, q, q_min_ndim=2 if slot else 1)
+        if p_arr.ndim != 1 or q_arr.ndim != (2 if slot else 1):
+            want = "(n, V)" if slot else "(V,)"
+            raise ValueError(
+                f"verifiers work on one step: p must have shape (V,) and q shape {want}, got "
+                f"{p_arr.shape} and {q_arr.shape}; use otbound.compare for batches of steps"
+            )
+        return p_arr, q_arr, n
+
+    def _validate(self, p: object, q: object, n: object) -> tuple[np.ndarray, np.ndarray, int]:
+        """Clean ``p``, ``q`` (one step) and ``n``; raise ``ValueError`` naming the argument."""
+        p_arr, q_arr, n = self._clean(p, q, n)
+        if self.fixed_n is not None and n != self.fixed_n:
+            raise ValueError(
+                f"verifier {self.name!r} is defined for n={self.fixed_n} only, got n={n}"
+            )
+        self._spec.check(q_arr, n)
+        return p_arr, q_arr, n
+
+    def applies(self, p: object, q: object, n: int = 2) -> bool:
+        """Whether the verifier is defined for these inputs (``n``, support, size limits).
+
+        Invalid probabilities or shapes still raise ``ValueError``; only the verifier's own
+        limits (an ``n`` it is not defined for, ``n`` above the support of a distinct-draft
+        design, a vocabulary too large for an enumeration-only verifier) give ``False``.
+        """
+        p_arr, q_arr, n = self._clean(p, q, n)
+        if self.fixed_n is not None and n != self.fixed_n:
+            return False
+        try:
+            self._spec.check(q_arr, n)
+        except ValueError:
+            return False
+        return self._applies(p_arr, q_arr, n)
+
+    def _applies(self, p: np.ndarray, q: np.ndarray, n: int) -> bool:
+        return True
+
+    @staticmethod
+    def _check_drafts(drafts: object) -> np.ndarray:
+        """Drafts as a non-empty 1-D int64 array (the range is checked against ``V`` later)."""
+        arr = np.asarray(drafts)
+        if arr.ndim != 1 or arr.size == 0:
+            raise ValueError(
+                f"drafts must be a non-empty 1-D sequence of token ids, got shape {arr.shape}"
+            )
+        if not np.issubdtype(arr.dtype, np.integer):
+            if not (np.issubdtype(arr.dtype, np.floating) and np.all(arr == np.round(arr))):
+                raise ValueError(f"drafts must be integer token ids, got {arr.tolist()!r}")
+        return arr.astype(np.int64)
+
+    # -- the protocol -------------------------------------------------------------------------
+    def acceptance(self, p: object, q: object, n: int = 2) -> float | None:
+        """Exact acceptance rate ``P(Y ∈ x̄)``, or ``None`` where none is computable.
+
+        Parameters
+        ----------
+        p : array_like, shape (V,)
+            Target distribution.
+        q : array_like, shape (V,) (``(n, V)`` for the ``per_slot`` design)
+            Draft distribution.
+        n : int, default 2
+            Number of drafts.
+
+        Returns
+        -------
+        float or None
+        """
+        p_arr, q_arr, n = self._validate(p, q, n)
+        if not self._applies(p_arr, q_arr, n):
+            return None
+        value = self._acceptance(p_arr, q_arr, n)
+        return None if value is None else float(min(max(value, 0.0), 1.0))
+
+    def simulate(
+        self, p: object, q: object, n: int = 2, trials: int = 100_000, seed: object = 0
+    ) -> SimulationResult:
+        """Monte Carlo: draw ``trials`` draft tuples from the design and verify them all.
+
+        Vectorised over trials (numpy, or a compiled loop); reproducible from ``seed``.
+
+        Parameters
+        ----------
+        p, q : array_like
+            As in :meth:`acceptance`.
+        n : int, default 2
+        trials : int, default 100_000
+        seed : int, SeedSequence or Generator, default 0
+
+        Returns
+        -------
+        SimulationResult
+        """
+        p_arr, q_arr, n = self._validate(p, q, n)
+        trials = as_trials(trials)
+        if not self._applies(p_arr, q_arr, n):
+            raise ValueError(self._not_applicable_message(p_arr, q_arr, n))
+        rng = as_seed_rng(seed)
+        drafts = sample_drafts(self._spec, q_arr, n, trials, rng)
+        tokens = np.asarray(self._verify_batch(drafts, p_arr, q_arr, rng), dtype=np.int64)
+        return SimulationResult(
+            tokens=tokens,
+            accepted=membership(tokens, drafts),
+            drafts=drafts,
+            verifier=self.name,
+            design=self.design,
+            n=n,
+            seed=seed,
+        )
+
+    def verify(self, drafts: object, p: object, q: object, rng: object = None) -> tuple[int, bool]:
+        """One trial: the output token for these drafts, and whether it is one of them.
+
+        Parameters
+        ----------
+        drafts : sequence of int, length n
+            Draft tokens, drawn from the verifier's design.
+        p, q : array_like
+            As in :meth:`acceptance`.
+        rng : numpy.random.Generator or seed, optional
+
+        Returns
+        -------
+        (int, bool)
+            ``Y`` and ``Y ∈ drafts``.
+        """
+        arr = self._check_drafts(drafts)
+        p_arr, q_arr, n = self._validate(p, q, arr.size)
+        vocab = p_arr.shape[-1]
+        if np.any((arr < 0) | (arr >= vocab)):
+            raise ValueError(f"drafts must be token ids in [0, {vocab}), got {arr.tolist()}")
+        if not self._applies(p_arr, q_arr, n):
+            raise ValueError(self._not_applicable_message(p_arr, q_arr, n))
+        token = int(self._verify_one(arr, p_arr, q_arr, as_seed_rng(rng)))
+        return token, bool(token in arr)
+
+    def _not_applicable_message(self, p: np.ndarray, q: np.ndarray, n: int) -> str:
+        return f"verifier {self.name!r} does not apply to these inputs (n={n}, V={p.shape[-1]})"
+
+    # -- to implement ---------------------------------------------------------------------------
+    @abstractmethod
+    def _acceptance(self, p: np.ndarray, q: np.ndarray, n: int) -> float | None:
+        """Exact ``P(Y ∈ x̄)`` on validated inputs, or ``None``."""
+
+    @abstractmethod
+    def _verify_one(
+        self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
+    ) -> int:
+        """The output token of one trial."""
+
+    @abstractmethod
+    def _verify_batch(
+        self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
+    ) -> np.ndarray:
+        """Output tokens (trials,) for draft tuples (trials, n)."""

@@ -1,0 +1,128 @@
+r"""Hu et al.'s greedy multi-draft verifier, on the ``greedy`` draft design.
+
+Design: the ``n − 1`` most likely draft tokens ``T`` are always drafted; the last draft ``x`` is
+drawn from ``r = q`` restricted to ``V \ T`` and renormalised. With ``m_x = min(p_x, r_x)``
+the design's optimal acceptance rate is
+
+.. math::
+
+    α^* = p(T) + \sum_{x ∉ T} \min(p_x, r_x).
+
+The verifier reaches it. Given the last draft ``x``:
+
+1. output ``x`` with probability ``m_x / r_x = min(1, p_x / r_x)``;
+2. otherwise (probability ``(r_x − p_x)⁺ / r_x``) output a token of ``T`` with conditional
+   probability ``θ = p(T) / (1 − Σ_{y∉T} m_y)``, chosen ``∝ p`` within ``T``;
+3. otherwise sample the residual ``∝ (p − r)⁺`` on ``V \ T``.
+
+Losslessness: token ``t ∈ T`` gets ``(1 − Σ m) θ p_t / p(T) = p_t``; ``x ∉ T`` gets
+``m_x + (p_x − m_x) = p_x`` because the residual mass ``(1 − Σ m)(1 − θ) = Σ_{y∉T}(p_y − m_y)``.
+``θ ≤ 1`` since ``Σ_{y∉T} m_y ≤ p(V \ T)``. A rejected ``x`` has ``p_x < r_x``, so the residual
+never returns it: ``P(Y ∈ x̄) = p(T) + Σ m = α*``. At ``n = 1`` (``T = ∅``) this is single-draft
+speculative sampling; at ``n = 2`` it is the SpecHub verifier (same sets, same probabilities).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from otbound.drafts import _top_tokens
+from otbound.verifiers.base import BaseVerifier, sample_tokens
+
+__all__ = ["Greedy", "fixed_plus_one_plan"]
+
+
+def fixed_plus_one_plan(p: np.ndarray, r: np.ndarray, fixed: np.ndarray) -> dict:
+    """The verifier's plan for drafts = ``fixed`` tokens plus one draft from ``r`` (off ``fixed``).
+
+    Returns the keep probabilities ``min(1, p/r)`` (V,), ``θ``, ``p`` restricted to ``fixed``
+    (normalised), the residual on the other tokens, and ``α* = p(fixed) + Σ min(p, r)``.
+    """
+    outside = np.ones(p.size, dtype=bool)
+    outside[fixed] = False
+    matched = np.where(outside, np.minimum(p, r), 0.0)
+    p_fixed = float(p[fixed].sum())
+    slack = float(np.where(outside, np.maximum(r - p, 0.0), 0.0).sum())  # 1 − Σ m, no cancellation
+    theta = min(1.0, p_fixed / slack) if slack > 0 else 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        keep = np.where(outside & (r > 0), np.minimum(1.0, p / r), 0.0)
+    inside = np.zeros(p.size)
+    inside[fixed] = p[fixed]
+    rest = np.where(outside, np.maximum(p - r, 0.0), 0.0)
+    return {
+        "keep": keep,
+        "theta": theta,
+        "inside": inside / p_fixed if p_fixed > 0 else inside,
+        "rest": rest / rest.sum() if rest.sum() > 0 else np.where(outside, p, 0.0),
+        "alpha": p_fixed + float(matched.sum()),
+    }
+
+
+def _restricted(q: np.ndarray, fixed: np.ndarray) -> np.ndarray:
+    r = q.copy()
+    r[fixed] = 0.0
+    return r / r.sum()
+
+
+def sample_plan(plan: dict, last: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Vectorised steps 1-3 for the non-fixed drafts ``last`` (trials,)."""
+    trials = last.size
+    u = rng.random(trials)
+    keep = plan["keep"][last]
+    to_fixed = keep + (1.0 - keep) * plan["theta"]
+    tokens = np.where(u < keep, last, -1)
+    pick = (u >= keep) & (u < to_fixed)
+    if plan["theta"] > 0 and np.any(pick):
+        tokens[pick] = sample_tokens(plan["inside"], rng.random(int(pick.sum())))
+    rest = tokens < 0
+    if np.any(rest):
+        tokens[rest] = sample_tokens(plan["rest"], rng.random(int(rest.sum())))
+    return tokens
+
+
+class Greedy(BaseVerifier):
+    """Hu et al.'s greedy verifier: reaches ``α* = p(T) + Σ_{x∉T} min(p_x, r_x)``.
+
+    Examples
+    --------
+    >>> from otbound.verifiers import get_verifier
+    >>> round(get_verifier("greedy").acceptance([0.3, 0.4, 0.3], [0.6, 0.3, 0.1], n=2), 6)
+    0.95
+    """
+
+    name = "greedy"
+    default_design = "greedy"
+
+    def _acceptance(self, p, q, n):
+        fixed = _top_tokens(q, n - 1)
+        return fixed_plus_one_plan(p, _restricted(q, fixed), fixed)["alpha"]
+
+    def _verify_one(self, drafts, p, q, rng):
+        n = len(drafts)
+        fixed = _top_tokens(q, n - 1)  # T: the n − 1 most likely draft tokens
+        if sorted(drafts[:-1].tolist()) != sorted(fixed.tolist()):
+            raise ValueError(
+                f"greedy drafts must be the top {n - 1} tokens of q followed by one more; "
+                f"got {drafts.tolist()}"
+            )
+        r = _restricted(q, fixed)  # the last draft's distribution
+        x = int(drafts[-1])
+        # 1. keep the sampled draft x with probability min(1, p_x / r_x)
+        if rng.random() < min(1.0, p[x] / r[x]):
+            return x
+        # 2. otherwise move to T with probability θ = p(T) / (1 − Σ_{y∉T} min(p_y, r_y))
+        outside = np.ones(p.size, dtype=bool)
+        outside[fixed] = False
+        slack = np.where(outside, np.maximum(r - p, 0.0), 0.0).sum()
+        if rng.random() < p[fixed].sum() / slack:
+            inside = np.zeros(p.size)
+            inside[fixed] = p[fixed]
+            return int(sample_tokens(inside, rng.random()))
+        # 3. otherwise sample (p − r)⁺ off T
+        return int(sample_tokens(np.where(outside, np.maximum(p - r, 0.0), 0.0), rng.random()))
+
+    def _verify_batch(self, drafts, p, q, rng):
+        n = drafts.shape[1]
+        fixed = _top_tokens(q, n - 1)
+        plan = fixed_plus_one_plan(p, _restricted(q, fixed), fixed)
+        return sample_plan(plan, drafts[:, -1], rng)

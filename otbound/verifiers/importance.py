@@ -1,0 +1,285 @@
+r"""Importance-sampling multi-draft verifier (Khisti et al. 2024, "Towards optimal multi-draft
+speculative decoding").
+
+Two steps. **Selection**: pick one draft ``W`` among ``x_1..x_n`` with selection weights that are
+non-negative, sum to one and are zero off the drafts. This induces the distribution
+``p_I(y) = Σ_x̄ β_y(x̄) Q(x̄)`` of ``W``. **Speculative step**: single-draft speculative
+sampling of ``W`` against ``p`` with ``p_I`` as the draft: accept ``W`` with probability
+``min(1, p_W / p_I(W))``, else sample ``res(p, p_I)``. Any weights give ``Y ~ p``; the
+selected draft is accepted with probability
+
+.. math::
+
+    α_{sel} = \sum_y \min(p_y, p_I(y)),
+
+and maximising over all weights recovers ``α*`` (an LP over the tuples).
+
+The practical scheme implemented here: for two slots with independent draft distributions ``a``
+(slot 1) and ``b`` (slot 2), rank tokens by ``p − a b`` (``p − q²`` for i.i.d. drafts), take the
+top ``s`` tokens ``S`` (``s = 10`` by default), and
+
+* for a pair inside ``S × S``, keep slot 1 with probability ``W[i, j]`` from the LP
+  ``max Σ_{y∈S} min(p_y, p_I(y))`` over ``W ∈ [0, 1]^{s×s}`` (every other pair fixed);
+* a top-``s`` token beats a tail token, and between two tail tokens the higher-ranked wins;
+* equal tokens: the draft itself.
+
+For ``n > 2`` pairs are folded in turn: the winner of ``(x_1, x_2)``, whose distribution is the
+induced ``p_I^{(2)}``, is paired with ``x_3 ~ q_3`` (slot distributions ``a = p_I^{(2)}``,
+``b = q_3``) with its own LP, and so on; ``p_I = p_I^{(n)}``. Drafts may come from different
+models: the ``per_slot`` design (``q`` of shape ``(n, V)``) is supported.
+
+``p_I`` is exact for any ``V`` (``O(nV log V)`` plus ``n − 1`` small LPs), so ``α_sel`` is
+:meth:`ImportanceSampling.selection_acceptance`. The acceptance *event* of otbound is
+``Y ∈ x̄``, which also counts the residual draw landing on a draft that was not selected:
+
+.. math::
+
+    α = α_{sel} + P(\text{selected draft rejected},\ Y ∈ \bar x) ≥ α_{sel}.
+
+:meth:`ImportanceSampling.acceptance` returns this ``α``: in closed form for ``n = 2``
+(``O(V log V)``), by enumerating the draft tuples for ``n ≥ 3`` when ``V^n ≤ 200,000``, and
+``None`` otherwise. Khisti et al. report ``α_sel``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import sparse
+from scipy.optimize import linprog
+
+from otbound.verifiers.base import BaseVerifier, residual, sample_tokens
+
+__all__ = ["ImportanceSampling", "SelectionStage"]
+
+#: Largest ``V^n`` (draft tuples) enumerated for the exact acceptance at ``n ≥ 3``.
+MAX_TUPLES = 200_000
+
+
+@dataclass(frozen=True)
+class SelectionStage:
+    """One pairwise selection: slot 1 (``a``) against slot 2 (``b``).
+
+    Attributes
+    ----------
+    rank : numpy.ndarray of int, (V,)
+        Position of each token in the ranking (``S`` first, then the tail by ``p − a b``).
+    top : int
+        ``s``, the number of LP tokens (the tokens with ``rank < s``).
+    keep_top : numpy.ndarray, (s, s)
+        ``W[rank i, rank j]``: probability of keeping slot 1's token ``i`` against ``j``.
+    induced : numpy.ndarray, (V,)
+        Distribution of the winner, ``p_I`` after this stage.
+    """
+
+    rank: np.ndarray
+    top: int
+    keep_top: np.ndarray
+    induced: np.ndarray
+
+    def keep(self, first: np.ndarray, second: np.ndarray) -> np.ndarray:
+        """Probability that the winner stays ``first`` when challenged by ``second``."""
+        ri, rj = self.rank[first], self.rank[second]
+        out = (ri < rj).astype(np.float64)
+        both = (ri < self.top) & (rj < self.top)
+        out[both] = self.keep_top[ri[both], rj[both]]
+        out[first == second] = 1.0
+        return out
+
+
+def _solve_stage(p: np.ndarray, a: np.ndarray, b: np.ndarray, top: int) -> SelectionStage:
+    """Rank tokens, solve the top-``s`` LP and return the stage with its induced ``p_I``."""
+    vocab = p.size
+    order = np.argsort(-(p - a * b), kind="stable")
+    rank = np.empty(vocab, dtype=np.int64)
+    rank[order] = np.arange(vocab)
+    s = min(top, vocab)
+    a_sorted, b_sorted, p_sorted = a[order], b[order], p[order]
+    # Rank rule for every pair: p_I(y) = a_y (b_y + Σ_{later} b) + b_y Σ_{later} a.
+    after_a = np.concatenate((np.cumsum(a_sorted[::-1])[::-1][1:], [0.0]))
+    after_b = np.concatenate((np.cumsum(b_sorted[::-1])[::-1][1:], [0.0]))
+    induced_sorted = a_sorted * (b_sorted + after_b) + b_sorted * after_a
+
+    aS, bS, pS = a_sorted[:s], b_sorted[:s], p_sorted[:s]
+    tail_a, tail_b = a_sorted[s:].sum(), b_sorted[s:].sum()
+    # Inside S: p_I(y) = base_y + Σ_{i≠y} a_i b_y + Σ_{j≠y} a_y b_j W[y,j] − Σ_{i≠y} a_i b_y W[i,y].
+    off = ~np.eye(s, dtype=bool)
+    base = aS * bS + aS * tail_b + bS * tail_a + bS * (aS.sum() - aS)
+    keep = np.ones((s, s))
+    if s > 1:
+        ii, jj = np.nonzero(off)  # variable k is W[ii[k], jj[k]]
+        nw = ii.size
+        # row y: t_y − Σ_j a_y b_j W[y,j] + Σ_i a_i b_y W[i,y] ≤ base_y
+        rows = np.concatenate((ii, jj, np.arange(s)))
+        cols = np.concatenate((np.arange(nw), np.arange(nw), nw + np.arange(s)))
+        vals = np.concatenate((-aS[ii] * bS[jj], aS[ii] * bS[jj], np.ones(s)))
+        a_ub = sparse.csr_matrix((vals, (rows, cols)), shape=(s, nw + s))
+        cost = np.concatenate((np.zeros(nw), -np.ones(s)))
+        bounds = [(0.0, 1.0)] * nw + [(0.0, float(v)) for v in pS]
+        res = linprog(
+            cost,
+            A_ub=a_ub,
+            b_ub=base,
+            bounds=bounds,
+            method="highs",
+            options={"presolve": False},
+        )
+        if res.status != 0:
+            raise RuntimeError(f"importance-sampling selection LP failed: {res.message}")
+        keep[ii, jj] = np.clip(res.x[:nw], 0.0, 1.0)
+    gain = (aS[:, None] * bS[None, :] * keep * off).sum(axis=1)
+    loss = (aS[:, None] * bS[None, :] * keep * off).sum(axis=0)
+    induced_sorted[:s] = base + gain - loss
+    induced = np.empty(vocab)
+    induced[order] = np.maximum(induced_sorted, 0.0)
+    return SelectionStage(rank=rank, top=s, keep_top=keep, induced=induced / induced.sum())
+
+
+def _coincidence_two(stage: SelectionStage, a, b, accept, rest) -> float:
+    """``P(selected draft rejected, residual ∈ {x_1, x_2})`` for two slots, ``O(V log V)``.
+
+    ``Σ_{i,j} a_i b_j [k(i,j) f_i r_j + (1 − k(i,j)) f_j r_i]`` with ``f = 1 − accept``: the rank
+    rule outside ``S × S`` gives suffix sums, the LP block a correction.
+    """
+    order = np.argsort(stage.rank)
+    fail = 1.0 - accept
+    a_s, b_s, f_s, r_s = a[order], b[order], fail[order], rest[order]
+    after_br = np.concatenate((np.cumsum((b_s * r_s)[::-1])[::-1][1:], [0.0]))
+    after_ar = np.concatenate((np.cumsum((a_s * r_s)[::-1])[::-1][1:], [0.0]))
+    total = float(np.sum(a_s * f_s * after_br) + np.sum(b_s * f_s * after_ar))
+    s = stage.top
+    aS, bS, fS, rS = a_s[:s], b_s[:s], f_s[:s], r_s[:s]
+    off = ~np.eye(s, dtype=bool)
+    ranked = np.triu(np.ones((s, s)), 1)  # 1[rank i < rank j]
+    pair = aS[:, None] * bS[None, :] * off
+    keep = stage.keep_top
+    total += float(np.sum(pair * (keep - ranked) * fS[:, None] * rS[None, :]))
+    total += float(np.sum(pair * ((1.0 - keep) - ranked.T) * fS[None, :] * rS[:, None]))
+    return total
+
+
+class ImportanceSampling(BaseVerifier):
+    """Khisti et al.'s importance-sampling verifier (top-``s`` LP, pairwise folding).
+
+    ``α_sel = Σ_y min(p_y, p_I(y))``; :meth:`acceptance` adds the residual landing on an
+    unselected draft (see the module docstring).
+
+    Parameters
+    ----------
+    design : {"iid", "per_slot"}, default "iid"
+    top : int, default 10
+        ``s``, the number of tokens whose pairwise selection weights the LP chooses.
+    """
+
+    name = "importance"
+    default_design = "iid"
+    designs = ("iid", "per_slot")
+
+    def __init__(self, design: str | None = None, top: int = 10) -> None:
+        super().__init__(design)
+        if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+            raise ValueError(f"top must be an integer >= 1, got {top!r}")
+        self.top = top
+
+    # -- the scheme -------------------------------------------------------------------------
+    @staticmethod
+    def _slots(q: np.ndarray, n: int) -> list[np.ndarray]:
+        return [q[k] for k in range(n)] if q.ndim == 2 else [q] * n
+
+    def stages(self, p: np.ndarray, q: np.ndarray, n: int) -> list[SelectionStage]:
+        """The ``n − 1`` pairwise selection stages (validated inputs)."""
+        return self._memo("stages", p, q, n, lambda: self._build_stages(p, q, n))
+
+    def _build_stages(self, p: np.ndarray, q: np.ndarray, n: int) -> list[SelectionStage]:
+        slots = self._slots(q, n)
+        out: list[SelectionStage] = []
+        current = slots[0]
+        for k in range(1, n):
+            stage = _solve_stage(p, current, slots[k], self.top)
+            out.append(stage)
+            current = stage.induced
+        return out
+
+    def _induced(self, q: np.ndarray, n: int, stages: list[SelectionStage]) -> np.ndarray:
+        return stages[-1].induced if stages else self._slots(q, n)[0]
+
+    def selection_probabilities(
+        self, drafts: np.ndarray, stages: list[SelectionStage]
+    ) -> np.ndarray:
+        """``P(slot j is selected | drafts)`` for tuples (m, n): shape (m, n)."""
+        m, n = drafts.shape
+        probs = np.zeros((m, n))
+        probs[:, 0] = 1.0
+        for k, stage in enumerate(stages, start=1):
+            for j in range(k):
+                keep = stage.keep(drafts[:, j], drafts[:, k])
+                probs[:, k] += probs[:, j] * (1.0 - keep)
+                probs[:, j] *= keep
+        return probs
+
+    def selection_acceptance(self, p: object, q: object, n: int = 2) -> float:
+        """Khisti et al.'s ``α_sel = Σ_y min(p_y, p_I(y))``, for any ``V``.
+
+        At most :meth:`acceptance`, which also counts the residual landing on a draft.
+        """
+        p_arr, q_arr, n = self._validate(p, q, n)
+        induced = self._induced(q_arr, n, self.stages(p_arr, q_arr, n))
+        return float(np.minimum(p_arr, induced).sum())
+
+    # -- the protocol -------------------------------------------------------------------------
+    def _acceptance(self, p, q, n):
+        stages = self.stages(p, q, n)
+        induced = self._induced(q, n, stages)
+        accept = np.where(induced > 0, np.minimum(1.0, p / np.where(induced > 0, induced, 1.0)), 0)
+        rest = residual(p, induced)
+        selected = float(np.minimum(p, induced).sum())
+        if n == 1:
+            return selected
+        if n == 2:
+            slots = self._slots(q, n)
+            return selected + _coincidence_two(stages[0], slots[0], slots[1], accept, rest)
+        tuples_count = float(np.prod([np.count_nonzero(s > 0) for s in self._slots(q, n)]))
+        if tuples_count > MAX_TUPLES:
+            return None
+        tuples, probs = self._spec.tuple_support(q, n)
+        chosen = self.selection_probabilities(tuples, stages)
+        fail = np.sum(chosen * (1.0 - accept[tuples]), axis=1)
+        # residual mass on the distinct drafts of each tuple
+        sorted_t = np.sort(tuples, axis=1)
+        first = np.ones_like(sorted_t, dtype=bool)
+        first[:, 1:] = sorted_t[:, 1:] != sorted_t[:, :-1]
+        on_drafts = np.sum(rest[sorted_t] * first, axis=1)
+        return selected + float(np.sum(probs * fail * on_drafts))
+
+    def _verify_one(self, drafts, p, q, rng):
+        n = len(drafts)
+        stages = self.stages(p, q, n)
+        # Step 1: fold the drafts pairwise; the winner is the selected draft W.
+        winner = int(drafts[0])
+        for k, stage in enumerate(stages, start=1):
+            challenger = int(drafts[k])
+            keep = stage.keep(np.array([winner]), np.array([challenger]))[0]
+            if rng.random() >= keep:
+                winner = challenger
+        # Step 2: speculative sampling of W against p, with p_I as the draft distribution.
+        induced = self._induced(q, n, stages)
+        if rng.random() < min(1.0, p[winner] / induced[winner]):
+            return winner
+        return int(sample_tokens(residual(p, induced), rng.random()))
+
+    def _verify_batch(self, drafts, p, q, rng):
+        trials, n = drafts.shape
+        stages = self.stages(p, q, n)
+        winner = drafts[:, 0].copy()
+        for k, stage in enumerate(stages, start=1):
+            challenger = drafts[:, k]
+            switch = rng.random(trials) >= stage.keep(winner, challenger)
+            winner[switch] = challenger[switch]
+        induced = self._induced(q, n, stages)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(induced > 0, np.minimum(1.0, p / induced), 0.0)
+        tokens = sample_tokens(residual(p, induced), rng.random(trials))
+        accept = rng.random(trials) < ratio[winner]
+        tokens[accept] = winner[accept]
+        return tokens

@@ -1,0 +1,171 @@
+r"""K-SEQ (SpecTr, Sun et al. 2023): sequential acceptance with a common slack ``ρ``.
+
+Drafts ``x_1..x_n`` are i.i.d. from ``q``. Each draft in turn is accepted with probability
+``min(1, p(x) / (ρ q(x)))``. With ``β(ρ) = Σ_x min(q_x, p_x / ρ)`` one try accepts (and outputs
+``y``) with probability ``min(q_y, p_y/ρ)``, so after ``n`` tries the accepted output has mass
+``min(q, p/ρ) · c`` with ``c = (1 − (1 − β)^n) / β = Σ_{i<n} (1 − β)^i``, and the residual
+
+.. math::
+
+    r ∝ p − \min(q, p/ρ) \cdot c, \qquad \text{mass } (1 − β(ρ))^n,
+
+is a distribution exactly when ``ρ ≥ c``, i.e. ``f(ρ) = ρ β(ρ) − 1 + (1 − β(ρ))^n ≥ 0``
+(``f = β (ρ − c)``; the bisection evaluates the sign of ``ρ − c``, which has no cancellation).
+``f`` is non-decreasing on ``[1, n]`` (``ρβ(ρ) = Σ min(ρ q, p)`` grows, ``β(ρ)`` shrinks),
+``f(n) ≥ 0`` (Bernoulli), and acceptance ``α = 1 − (1 − β(ρ))^n`` falls with ``ρ``; so
+
+.. math::
+
+    ρ^* = \min\{ρ ∈ [1, n] : f(ρ) ≥ 0\},\qquad α = 1 − (1 − β(ρ^*))^n ≥ (1 − 1/e)\, α^*_{iid}.
+
+``ρ*`` is found by bisection to the last floating-point digit, keeping the end where
+``f ≥ 0`` (a lossless residual). At ``ρ*`` the residual vanishes on every draft that can be
+rejected, so the acceptance event is ``Y ∈ x̄``.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from otbound.verifiers.base import BaseVerifier, sample_tokens
+
+__all__ = ["KSequential", "kseq_rho"]
+
+
+@numba.njit(cache=True)
+def _sign(ratio, cum_p, cum_q, tail_q, rho, n):  # pragma: no cover - compiled
+    """A function with the sign of ``f(ρ) = ρβ(ρ) − 1 + (1 − β(ρ))^n``, accurate near its root.
+
+    Tokens sorted by ``p/q``: the first ``j`` (``p/q < ρ``) give ``min(q, p/ρ) = p/ρ``, the rest
+    ``q``. ``f = β (ρ − c)`` with ``c = Σ_{i<n} (1 − β)^i``, so for ``β > 0`` the sign is that of
+    ``ρ − c`` with ``1 − β = Σ_{p/q<ρ} (q − p/ρ)``; ``β = 0`` gives ``f = 0`` (feasible).
+    """
+    lo = 0
+    hi = ratio.shape[0]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ratio[mid] < rho:
+            lo = mid + 1
+        else:
+            hi = mid
+    beta = cum_p[lo] / rho + tail_q[lo]
+    if beta <= 0.0:
+        return 0.0
+    miss = cum_q[lo] - cum_p[lo] / rho
+    if miss < 0.0:
+        miss = 0.0
+    c = 0.0
+    term = 1.0
+    for _ in range(n):
+        c += term
+        term *= miss
+    return rho - c
+
+
+@numba.njit(cache=True)
+def _bisect(ratio, cum_p, cum_q, tail_q, n):  # pragma: no cover - compiled
+    lo = 1.0
+    if _sign(ratio, cum_p, cum_q, tail_q, lo, n) >= 0.0:
+        return lo
+    hi = float(n)
+    if _sign(ratio, cum_p, cum_q, tail_q, hi, n) < 0.0:  # only by rounding: f(n) >= 0
+        return hi
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if mid <= lo or mid >= hi:
+            break
+        if _sign(ratio, cum_p, cum_q, tail_q, mid, n) >= 0.0:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+@numba.njit(cache=True)
+def _sorted_sums(p, q, live, order):  # pragma: no cover - compiled
+    """Ratios ``p/q`` in ``order`` with the prefix sums of ``p``, ``q`` and suffix sums of ``q``."""
+    count = order.shape[0]
+    ratio = np.empty(count)
+    cum_p = np.zeros(count + 1)
+    cum_q = np.zeros(count + 1)
+    tail_q = np.zeros(count + 1)
+    for i in range(count):
+        y = live[order[i]]
+        ratio[i] = p[y] / q[y]
+        cum_p[i + 1] = cum_p[i] + p[y]
+        cum_q[i + 1] = cum_q[i] + q[y]
+    for i in range(count - 1, -1, -1):
+        tail_q[i] = tail_q[i + 1] + q[live[order[i]]]
+    return ratio, cum_p, cum_q, tail_q
+
+
+def kseq_rho(p: np.ndarray, q: np.ndarray, n: int) -> float:
+    """``ρ* = min{ρ ∈ [1, n] : ρβ(ρ) ≥ 1 − (1 − β(ρ))^n}`` by bisection (validated inputs).
+
+    One sort of ``p/q`` (tokens with ``q = 0`` add nothing to ``β`` or ``1 − β``) and prefix
+    sums make each bisection step ``O(log V)``.
+    """
+    live = np.flatnonzero(q > 0)
+    order = np.argsort(p[live] / q[live])
+    sums = _sorted_sums(p, q, live, order)
+    return float(_bisect(*sums, int(n)))
+
+
+def _plan(p: np.ndarray, q: np.ndarray, n: int) -> tuple[float, float, np.ndarray]:
+    """``ρ*``, the rejection rate ``1 − β(ρ*)`` and the residual distribution."""
+    rho = kseq_rho(p, q, n)
+    capped = np.minimum(q, p / rho)
+    miss = float(np.maximum(q - p / rho, 0.0).sum())  # 1 − β(ρ)
+    scale = float(np.sum(miss ** np.arange(n)))  # c = Σ_{i<n} (1 − β)^i
+    rest = np.maximum(p - capped * scale, 0.0)
+    total = rest.sum()
+    rest = rest / total if total > 0 else p.copy()
+    return rho, miss, rest
+
+
+class KSequential(BaseVerifier):
+    """SpecTr's K-SEQ with ``ρ*`` by bisection: ``α = 1 − (1 − β(ρ*))^n``.
+
+    Examples
+    --------
+    >>> from otbound.verifiers import get_verifier
+    >>> v = get_verifier("kseq")
+    >>> round(v.acceptance([0.3, 0.4, 0.3], [0.6, 0.3, 0.1], n=1), 6)
+    0.7
+    """
+
+    name = "kseq"
+    default_design = "iid"
+
+    def rho(self, p: object, q: object, n: int = 2) -> float:
+        """The slack ``ρ*`` K-SEQ uses for these inputs."""
+        p_arr, q_arr, n = self._validate(p, q, n)
+        return kseq_rho(p_arr, q_arr, n)
+
+    def _acceptance(self, p, q, n):
+        rho = kseq_rho(p, q, n)
+        miss = float(np.maximum(q - p / rho, 0.0).sum())
+        return 1.0 - miss**n
+
+    def _verify_one(self, drafts, p, q, rng):
+        rho, _, rest = self._memo("plan", p, q, len(drafts), lambda: _plan(p, q, len(drafts)))
+        for x in drafts:
+            if rng.random() < min(1.0, p[x] / (rho * q[x])):
+                return int(x)
+        return int(sample_tokens(rest, rng.random()))
+
+    def _verify_batch(self, drafts, p, q, rng):
+        trials, n = drafts.shape
+        rho, _, rest = _plan(p, q, n)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(q > 0, np.minimum(1.0, p / (rho * q)), 0.0)
+        u = rng.random((n, trials))
+        tokens = sample_tokens(rest, rng.random(trials))
+        done = np.zeros(trials, dtype=bool)
+        for k in range(n):
+            x = drafts[:, k]
+            accept = ~done & (u[k] < ratio[x])
+            tokens[accept] = x[accept]
+            done |= accept
+        return tokens

@@ -1,0 +1,194 @@
+r"""The optimal-transport (OTM) verifier: sample ``Y`` from an optimal plan of the set LP.
+
+For any draft design, :func:`otbound.bounds.primal.solve_primal` returns an optimal
+membership plan ``C[S, y]`` (``y ∈ S``) of
+
+.. math::
+
+    α^* = \max_{C ≥ 0} \sum_S \sum_{y ∈ S} C[S, y]
+    \quad\text{s.t.}\quad \sum_{y∈S} C[S, y] ≤ Q(S),\quad \sum_{S ∋ y} C[S, y] ≤ p(y),
+
+over the sets ``S`` of distinct drafts. Given drafts ``x̄`` with set ``S``, the verifier outputs
+``y ∈ S`` with probability ``C[S, y] / Q(S)`` and otherwise (probability
+``ℓ_S = 1 − Σ_y C[S, y] / Q(S)``) samples the residual ``r ∝ p − Σ_S C[S, ·]``. The output is
+``Σ_S C[S, ·] + (1 − ΣC) r = p`` exactly, and
+
+.. math::
+
+    α = \sum C + \sum_S Q(S)\, ℓ_S\, r(S) = α^*,
+
+since at an optimum a set with leftover mass has ``r = 0`` on its tokens (otherwise the plan
+could be augmented). :meth:`OptimalTransport.acceptance` returns the left side evaluated on the
+plan actually used (HiGHS's tolerance slack removed), which equals ``α*`` to rounding.
+
+The draft tuples are enumerated, so this verifier applies when the design has at most
+:data:`MAX_TUPLES` tuples (``V^n`` for ``iid``; ``O(V)`` for ``greedy``, ``topk``, ``hub``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from otbound.drafts import DESIGNS, Greedy, Hub, TopK, num_tuples
+from otbound.verifiers.base import BaseVerifier, sample_tokens
+
+__all__ = ["MAX_TUPLES", "OptimalPlan", "OptimalTransport"]
+
+#: Largest number of draft tuples (``V^n`` for ``iid``) the optimal verifier enumerates.
+MAX_TUPLES = 200_000
+
+
+@dataclass(frozen=True)
+class OptimalPlan:
+    """The sampling tables of the optimal verifier for one step.
+
+    Attributes
+    ----------
+    sets : numpy.ndarray of int, shape (m, n)
+        Draft sets, sorted token ids padded with ``-1``.
+    set_probs : numpy.ndarray, shape (m,)
+        ``Q(S)``.
+    inside : numpy.ndarray, shape (m, n)
+        ``P(Y = sets[S, j] | S) = C[S, y] / Q(S)`` (zero on padding).
+    residual : numpy.ndarray, shape (V,)
+        ``r``, sampled with the leftover probability ``1 − Σ_j inside[S, j]``.
+    keys : numpy.ndarray of int64, shape (m,)
+        Sorted codes of the sets (for looking tuples up).
+    """
+
+    sets: np.ndarray
+    set_probs: np.ndarray
+    inside: np.ndarray
+    residual: np.ndarray
+    keys: np.ndarray
+
+    def conditional(self, vocab: int) -> np.ndarray:
+        """``P(Y = y | S)`` as a dense (m, V) array."""
+        n = self.sets.shape[1]
+        out = np.outer(1.0 - self.inside.sum(axis=1), self.residual)
+        for j in range(n):
+            valid = self.sets[:, j] >= 0
+            np.add.at(out, (np.flatnonzero(valid), self.sets[valid, j]), self.inside[valid, j])
+        return out
+
+    def lookup(self, drafts: np.ndarray, vocab: int) -> np.ndarray:
+        """Row of the set of each draft tuple (trials, n)."""
+        codes = _set_codes(_canonical(drafts, vocab), vocab)
+        idx = np.searchsorted(self.keys, codes)
+        idx = np.minimum(idx, self.keys.size - 1)
+        if np.any(self.keys[idx] != codes):
+            raise ValueError("drafts contain a tuple the design cannot produce")
+        return idx
+
+
+def _canonical(tuples: np.ndarray, vocab: int) -> np.ndarray:
+    """Sorted distinct tokens of each tuple, padded with ``-1`` (as ``tuples_to_sets`` does)."""
+    s = np.sort(tuples, axis=1)
+    dup = np.zeros_like(s, dtype=bool)
+    dup[:, 1:] = s[:, 1:] == s[:, :-1]
+    s = np.sort(np.where(dup, vocab, s), axis=1)
+    s[s == vocab] = -1
+    return s
+
+
+def _set_codes(sets: np.ndarray, vocab: int) -> np.ndarray:
+    base = np.int64(vocab + 1)
+    codes = np.zeros(sets.shape[0], dtype=np.int64)
+    for j in range(sets.shape[1]):
+        codes = codes * base + (sets[:, j].astype(np.int64) + 1)
+    return codes
+
+
+def _tuple_count(design, q: np.ndarray, n: int) -> float:
+    if isinstance(design, Greedy | Hub | TopK):
+        return float(q.shape[-1])
+    support = q.shape[-1] if design.slot_axis else int(np.count_nonzero(q > 0))
+    return float(num_tuples(support, n))
+
+
+class OptimalTransport(BaseVerifier):
+    """The optimal verifier for any design: ``Y`` from the LP plan's conditional; ``α = α*``.
+
+    Parameters
+    ----------
+    design : str, default "iid"
+        Any of :data:`otbound.DESIGNS`.
+    """
+
+    name = "optimal"
+    default_design = "iid"
+    designs = DESIGNS
+
+    def _applies(self, p, q, n):
+        return _tuple_count(self._spec, q, n) <= MAX_TUPLES
+
+    def _not_applicable_message(self, p, q, n):
+        return (
+            f"the optimal verifier enumerates the draft tuples: V={p.shape[-1]}, n={n} "
+            f"(design {self.design!r}) gives {_tuple_count(self._spec, q, n):.3g} tuples, above "
+            f"otbound.verifiers.optimal.MAX_TUPLES={MAX_TUPLES}"
+        )
+
+    def plan(self, p: np.ndarray, q: np.ndarray, n: int) -> OptimalPlan:
+        """Solve the set LP and build the sampling tables (validated inputs)."""
+        return self._memo("plan", p, q, n, lambda: self._build_plan(p, q, n))
+
+    def _build_plan(self, p: np.ndarray, q: np.ndarray, n: int) -> OptimalPlan:
+        from otbound.bounds.primal import solve_primal
+
+        res = solve_primal(p, q, n, self._spec)
+        dense = res.plan.toarray()  # (m, V) membership part
+        sets, probs = np.asarray(res.sets), np.asarray(res.set_probs)
+        vocab = p.size
+        inside = np.zeros(sets.shape)
+        for j in range(sets.shape[1]):
+            valid = sets[:, j] >= 0
+            rows = np.flatnonzero(valid)
+            inside[rows, j] = dense[rows, sets[rows, j]]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inside = np.where(probs[:, None] > 0, inside / probs[:, None], 0.0)
+        # rows may exceed 1 by rounding: scale them back
+        total = inside.sum(axis=1)
+        inside /= np.maximum(total, 1.0)[:, None]
+        left = np.maximum(p - dense.sum(axis=0), 0.0)
+        rest = left / left.sum() if left.sum() > 0 else p.copy()
+        codes = _set_codes(sets, vocab)
+        order = np.argsort(codes)
+        return OptimalPlan(
+            sets=sets[order],
+            set_probs=probs[order],
+            inside=inside[order],
+            residual=rest,
+            keys=codes[order],
+        )
+
+    def _acceptance(self, p, q, n):
+        plan = self.plan(p, q, n)
+        valid = plan.sets >= 0
+        on_set = np.where(valid, plan.residual[np.where(valid, plan.sets, 0)], 0.0).sum(axis=1)
+        left = 1.0 - plan.inside.sum(axis=1)
+        return float(np.sum(plan.set_probs * (plan.inside.sum(axis=1) + left * on_set)))
+
+    def _verify_one(self, drafts, p, q, rng):
+        plan = self.plan(p, q, len(drafts))
+        row = int(plan.lookup(drafts[None, :], p.size)[0])  # the set S of the drafts
+        u = rng.random()
+        for token, prob in zip(plan.sets[row], plan.inside[row], strict=True):
+            if token >= 0 and u < prob:  # output y ∈ S with probability C[S, y] / Q(S)
+                return int(token)
+            u -= prob
+        return int(sample_tokens(plan.residual, rng.random()))  # leftover: the residual
+
+    def _verify_batch(self, drafts, p, q, rng):
+        trials, n = drafts.shape
+        plan = self.plan(p, q, n)
+        rows = plan.lookup(drafts, p.size)
+        cum = np.cumsum(plan.inside[rows], axis=1)
+        u = rng.random(trials)
+        slot = np.sum(u[:, None] >= cum, axis=1)  # first slot whose cumulative exceeds u
+        tokens = sample_tokens(plan.residual, rng.random(trials))
+        hit = slot < n
+        tokens[hit] = plan.sets[rows[hit], slot[hit]]
+        return tokens

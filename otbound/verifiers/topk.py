@@ -1,0 +1,61 @@
+r"""Deterministic top-k drafts (EAGLE-style static trees): the target sampled step by step.
+
+Design: the drafts are the ``n`` most likely draft tokens ``T`` (ties to the lower id), always
+the same. A lossless verifier cannot do better than output ``Y ~ p`` and accept when
+``Y ∈ T``:
+
+.. math::
+
+    α = p(T) = α^*_{topk}.
+
+Step by step, as engines do it: accept ``x_k`` with probability
+``p(x_k) / (1 − p(x_1..x_{k−1}))`` (``p`` restricted to the drafts not yet rejected), and after
+``n`` rejections sample ``p`` restricted to ``V \ T``. This is recursive rejection sampling with
+one-hot drafts, and its output is ``p`` exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from otbound.drafts import _top_tokens
+from otbound.verifiers.base import BaseVerifier, sample_tokens
+
+__all__ = ["TopK"]
+
+
+class TopK(BaseVerifier):
+    """Verifier for deterministic top-``n`` drafts: ``α = p(T)``.
+
+    Examples
+    --------
+    >>> from otbound.verifiers import get_verifier
+    >>> round(get_verifier("topk").acceptance([0.3, 0.4, 0.3], [0.6, 0.3, 0.1], n=2), 6)
+    0.7
+    """
+
+    name = "topk"
+    default_design = "topk"
+
+    def _acceptance(self, p, q, n):
+        return float(p[_top_tokens(q, n)].sum())
+
+    def _verify_one(self, drafts, p, q, rng):
+        if drafts.tolist() != _top_tokens(q, len(drafts)).tolist():
+            raise ValueError(
+                f"topk drafts must be the {len(drafts)} most likely tokens of q in order; "
+                f"got {drafts.tolist()}"
+            )
+        target = p.copy()
+        for x in drafts:
+            left = target.sum()
+            if left > 0 and rng.random() < target[x] / left:
+                return int(x)
+            target[x] = 0.0  # rejected: p restricted to the remaining tokens
+        return int(sample_tokens(target, rng.random()))
+
+    def _verify_batch(self, drafts, p, q, rng):
+        # Accepting x_k with probability p(x_k) / (1 − p(x_1..x_{k−1})) and then sampling p off
+        # T is the inverse CDF of p with the drafts listed first: one uniform per trial.
+        order = np.concatenate((drafts[0], np.setdiff1d(np.arange(p.size), drafts[0])))
+        return order[sample_tokens(p[order], rng.random(drafts.shape[0]))]

@@ -1,0 +1,325 @@
+"""Tests of otbound.evaluate: the lossless check and the comparison table."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import kstest
+
+from otbound import optimal_acceptance
+from otbound.evaluate import check_lossless, compare
+from otbound.verifiers import VERIFIERS, get_verifier
+
+P4 = np.array([0.1, 0.2, 0.3, 0.4])
+Q4 = np.array([0.4, 0.3, 0.2, 0.1])
+
+
+def res(p, q):
+    d = np.maximum(p - q, 0.0)
+    return d / d.sum() if d.sum() > 0 else p.copy()
+
+
+class PlainRRS:
+    """A user's own verifier: correct RRS with replacement, one trial at a time."""
+
+    name = "plain_rrs"
+    design = "iid"
+
+    def acceptance(self, p, q, n=2):
+        return None
+
+    def verify(self, drafts, p, q, rng):
+        target = p
+        for x in drafts:
+            if rng.random() < min(1.0, target[x] / q[x]):
+                return int(x), True
+            target = res(target, q)
+        y = int(rng.choice(p.size, p=target))
+        return y, y in list(drafts)
+
+
+class SkipDuplicatesRRS(PlainRRS):
+    """The planted bug: a duplicate draft is skipped without updating the residual."""
+
+    name = "buggy_rrs"
+
+    def verify(self, drafts, p, q, rng):
+        target, seen = p, set()
+        for x in drafts:
+            x = int(x)
+            if x in seen:
+                continue  # BUG: correct RRS rejects it again and moves to res(target, q)
+            seen.add(x)
+            if rng.random() < min(1.0, target[x] / q[x]):
+                return x, True
+            target = res(target, q)
+        y = int(rng.choice(p.size, p=target))
+        return y, y in list(drafts)
+
+
+def buggy_law(p, q):
+    """Exact output law of the planted bug at n = 2, by enumerating the draft pairs."""
+    law = np.zeros(p.size)
+    for x1, x2 in itertools.product(range(p.size), repeat=2):
+        w = q[x1] * q[x2]
+        a1 = min(1.0, p[x1] / q[x1])
+        law[x1] += w * a1
+        p2 = res(p, q)
+        if x2 == x1:
+            law += w * (1 - a1) * p2  # skipped: samples p_2 instead of p_3
+            continue
+        a2 = min(1.0, p2[x2] / q[x2])
+        law[x2] += w * (1 - a1) * a2
+        law += w * (1 - a1) * (1 - a2) * res(p2, q)
+    return law
+
+
+# -- the planted bug ---------------------------------------------------------------------------
+
+
+def test_planted_bug_is_off_by_tv_0027_and_fails_at_default_settings():
+    law = buggy_law(P4, Q4)
+    tv = 0.5 * np.abs(law - P4).sum()
+    assert tv == pytest.approx(0.027, abs=0.001)
+    result = check_lossless(SkipDuplicatesRRS(), P4, Q4, n=2)  # the defaults
+    assert not result.passed
+    assert result.p_value < 1e-20
+    assert result.tv_lower > 0.015  # the bound certifies a real difference
+    assert result.tv_lower <= tv <= result.tv_upper
+    assert "FAILED" in result.message
+
+
+def test_correct_user_verifier_with_verify_only_passes():
+    result = check_lossless(PlainRRS(), P4, Q4, n=2, trials=50_000, seed=3)
+    assert result.passed, result.message
+    assert result.trials == 50_000
+    assert result.tv_lower == 0.0 and result.tv_distance < result.tv_upper
+
+
+# -- every shipped verifier passes on >= 50 random cases -----------------------------------------
+
+
+def random_case(rng, kind, vocab):
+    if kind == "onehot":
+        p = np.zeros(vocab)
+        p[rng.integers(vocab)] = 1.0
+        q = rng.dirichlet(np.ones(vocab))
+    elif kind == "disjoint":
+        perm = rng.permutation(vocab)
+        half = vocab // 2
+        p, q = np.zeros(vocab), np.zeros(vocab)
+        p[perm[:half]] = rng.dirichlet(np.ones(half))
+        q[perm[half:]] = rng.dirichlet(np.ones(vocab - half))
+    elif kind == "near_uniform":
+        p = np.full(vocab, 1.0 / vocab) * (1 + rng.uniform(-0.02, 0.02, vocab))
+        q = np.full(vocab, 1.0 / vocab) * (1 + rng.uniform(-0.02, 0.02, vocab))
+    elif kind == "peaked":
+        p, q = rng.dirichlet(np.full(vocab, 0.15)), rng.dirichlet(np.full(vocab, 0.15))
+    elif kind == "onehot_q":
+        p = rng.dirichlet(np.ones(vocab))
+        q = np.zeros(vocab)
+        q[rng.integers(vocab)] = 1.0
+    else:
+        p, q = rng.dirichlet(np.ones(vocab)), rng.dirichlet(np.ones(vocab))
+    return p / p.sum(), q / q.sum()
+
+
+LOSSLESS_KINDS = ("dirichlet", "onehot", "disjoint", "near_uniform", "peaked", "onehot_q")
+
+
+@pytest.mark.parametrize("name", VERIFIERS)
+def test_every_shipped_verifier_passes_the_lossless_check(name):
+    """Default settings (200,000 trials, significance 1e-5), fixed seeds, >= 50 cases each,
+    one-hot, disjoint and near-uniform included; n from 1 to 4 where the verifier applies."""
+    v = get_verifier(name)
+    rng = np.random.default_rng(2024)
+    passed = 0
+    kinds_seen = set()
+    attempt = 0
+    while passed < 50:
+        kind = LOSSLESS_KINDS[attempt % len(LOSSLESS_KINDS)]
+        vocab = int(rng.integers(2, 13))
+        n = 2 if name == "spechub" else int(rng.integers(1, 5))
+        p, q = random_case(rng, kind, vocab)
+        attempt += 1
+        if not v.applies(p, q, n):
+            continue
+        result = check_lossless(v, p, q, n, seed=attempt)
+        assert result.passed, (name, kind, n, p, q, result.message)
+        passed += 1
+        kinds_seen.add(kind)
+    assert {"onehot", "disjoint", "near_uniform"} <= kinds_seen
+
+
+def test_check_lossless_false_failure_rate_is_calibrated():
+    """p-values of an exact sampler are close to uniform (pooled chi-square on small counts)."""
+
+    class Exact:
+        design = "iid"
+
+        def acceptance(self, p, q, n=2):
+            return None
+
+        def simulate(self, p, q, n=2, trials=100, seed=0):
+            return np.random.default_rng(seed).choice(p.size, size=trials, p=p), None
+
+    rng = np.random.default_rng(5)
+    p = rng.dirichlet(np.full(40, 0.5))  # many small bins: pooling matters
+    pvals = np.array(
+        [check_lossless(Exact(), p, p, 1, trials=2_000, seed=s).p_value for s in range(400)]
+    )
+    assert 0.02 <= np.mean(pvals < 0.05) <= 0.09
+    assert kstest(pvals, "uniform").pvalue > 1e-3
+
+
+def test_pooled_bins_have_expected_counts_of_at_least_five():
+    rng = np.random.default_rng(1)
+    p = rng.dirichlet(np.full(300, 0.3))
+    result = check_lossless("rrs", p, rng.dirichlet(np.ones(300)), 2, trials=3_000, seed=1)
+    assert np.all(result.expected >= 5.0)
+    assert result.dof == result.bins - 1
+    assert result.observed.sum() == pytest.approx(3_000)
+    assert result.bins < 300  # the small tokens were pooled
+    assert result.passed
+
+
+def test_one_hot_target_has_a_single_bin():
+    result = check_lossless("rrs", [0.0, 1.0, 0.0], [0.3, 0.3, 0.4], 2, trials=1_000)
+    assert result.passed and result.dof == 0 and result.p_value == 1.0
+
+
+def test_tokens_outside_the_support_fail():
+    class FromDraft(PlainRRS):
+        def verify(self, drafts, p, q, rng):
+            return int(drafts[0]), True  # outputs q, not p
+
+    p, q = np.array([0.5, 0.5, 0.0]), np.array([0.2, 0.3, 0.5])
+    result = check_lossless(FromDraft(), p, q, 1, trials=2_000)
+    assert not result.passed and result.p_value == 0.0
+    assert "p = 0" in result.message
+
+    class OutOfRange(PlainRRS):
+        def simulate(self, p, q, n=2, trials=10, seed=0):
+            return np.full(trials, p.size), np.zeros(trials, bool)
+
+    result = check_lossless(OutOfRange(), p, q, 1, trials=100)
+    assert not result.passed and "outside the vocabulary" in result.message
+
+
+def test_protocol_errors_list_what_is_missing():
+    with pytest.raises(TypeError, match=r"design.*acceptance.*simulate"):
+        check_lossless(object(), P4, Q4)
+
+    class NoRun:
+        design = "iid"
+
+        def acceptance(self, p, q, n=2):
+            return None
+
+    with pytest.raises(TypeError, match="simulate") as info:
+        check_lossless(NoRun(), P4, Q4)
+    assert "design" not in str(info.value).split("lacks")[1]
+    with pytest.raises(TypeError, match="acceptance"):
+        compare(P4, Q4, n=2, verifiers=[type("X", (), {"design": "iid", "verify": None})()])
+
+
+def test_check_lossless_bad_arguments():
+    with pytest.raises(ValueError, match="significance"):
+        check_lossless("rrs", P4, Q4, significance=0.0)
+    with pytest.raises(ValueError, match="trials"):
+        check_lossless("rrs", P4, Q4, trials=0)
+    with pytest.raises(ValueError, match="p has a negative"):
+        check_lossless("rrs", [-0.1, 0.5, 0.6], [0.3, 0.3, 0.4])
+    with pytest.raises(ValueError, match="unknown verifier"):
+        check_lossless("nope", P4, Q4)
+    with pytest.raises(ValueError, match="n must be"):
+        check_lossless("rrs", P4, Q4, n=0)
+
+
+# -- compare ------------------------------------------------------------------------------------
+
+COLUMNS = [
+    "step",
+    "n",
+    "design",
+    "verifier",
+    "acceptance",
+    "ci_low",
+    "ci_high",
+    "exact",
+    "alpha_star",
+    "gap",
+    "ratio",
+]
+
+
+def test_compare_table_shape_values_and_skips():
+    rng = np.random.default_rng(0)
+    p, q = rng.dirichlet(np.ones(6)), rng.dirichlet(np.ones(6))
+    df = compare(p, q, n=(2, 4), trials=20_000)
+    assert list(df.columns[: len(COLUMNS)]) == COLUMNS
+    assert not df.duplicated(["step", "n", "design", "verifier"]).any()
+    rows = df[df.verifier != "bound"]
+    assert set(rows[rows.n == 2].verifier) == set(VERIFIERS)
+    assert set(rows[rows.n == 4].verifier) == set(VERIFIERS) - {"spechub"}  # hub: n = 2 only
+    bounds = df[df.verifier == "bound"]
+    assert "hub" in set(bounds[bounds.n == 2].design) and "hub" not in set(
+        bounds[bounds.n == 4].design
+    )
+    for row in rows.itertuples():
+        v = get_verifier(row.verifier)
+        assert row.design == v.design
+        assert row.alpha_star == pytest.approx(optimal_acceptance(p, q, row.n, row.design))
+        assert row.gap == pytest.approx(row.alpha_star - row.acceptance)
+        assert row.ratio == pytest.approx(row.acceptance / row.alpha_star)
+        exact = v.acceptance(p, q, row.n)
+        assert row.exact == (exact is not None)
+        if exact is not None:
+            assert row.acceptance == pytest.approx(exact) and row.ci_low == row.ci_high
+        else:
+            assert row.ci_low <= row.acceptance <= row.ci_high and row.trials == 20_000
+    gls = rows[rows.verifier == "gls"]
+    assert not gls[gls.n == 2].exact.iloc[0]
+
+
+def test_compare_skips_optimal_at_large_vocabulary_and_batches_steps():
+    rng = np.random.default_rng(1)
+    p = rng.dirichlet(np.ones(100), size=3)
+    q = rng.dirichlet(np.ones(100))  # broadcast over the three steps
+    df = compare(p, q, n=4, verifiers=["rrs", "optimal", "kseq"], designs=["iid", "topk"])
+    assert set(df.verifier) == {"rrs", "kseq", "bound"}  # 100^4 tuples: no optimal row
+    assert sorted(df.step.unique()) == [0, 1, 2]
+    assert set(df[df.verifier == "bound"].design) == {"iid", "topk"}
+    for step in range(3):
+        row = df[(df.step == step) & (df.verifier == "rrs")].iloc[0]
+        assert row.acceptance == pytest.approx(get_verifier("rrs").acceptance(p[step], q, 4))
+    small = compare(p[0, :6] / p[0, :6].sum(), q[:6] / q[:6].sum(), n=2, verifiers=["optimal"])
+    assert "optimal" in set(small.verifier)
+
+
+def test_compare_monte_carlo_for_a_user_verifier_covers_the_truth_and_is_reproducible():
+    a = compare(P4, Q4, n=2, verifiers=[PlainRRS(), "rrs"], trials=4_000, seed=7)
+    b = compare(P4, Q4, n=2, verifiers=[PlainRRS(), "rrs"], trials=4_000, seed=7)
+    c = compare(P4, Q4, n=2, verifiers=[PlainRRS(), "rrs"], trials=4_000, seed=8)
+    pd.testing.assert_frame_equal(a, b)
+    mine = a[a.verifier == "plain_rrs"].iloc[0]
+    truth = get_verifier("rrs").acceptance(P4, Q4, 2)
+    assert not mine.exact and mine.trials == 4_000
+    assert mine.ci_low <= truth <= mine.ci_high
+    assert c[c.verifier == "plain_rrs"].acceptance.iloc[0] != mine.acceptance
+
+
+def test_compare_bad_arguments():
+    with pytest.raises(ValueError, match="n must be"):
+        compare(P4, Q4, n=[])
+    with pytest.raises(ValueError, match="n must be"):
+        compare(P4, Q4, n=0)
+    with pytest.raises(ValueError, match="unknown verifier"):
+        compare(P4, Q4, verifiers=["nope"])
+    with pytest.raises(ValueError, match="p and q must have the same vocabulary"):
+        compare(P4, Q4[:3] / Q4[:3].sum())
+    with pytest.raises(ValueError, match="unknown design"):
+        compare(P4, Q4, designs=["nope"])

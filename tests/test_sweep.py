@@ -1,0 +1,311 @@
+"""The exact sweep against brute force over all 2^V subsets and POT's exact OT solver."""
+
+from __future__ import annotations
+
+import numpy as np
+import oracles
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import otbound as ob
+
+ALL = oracles.DESIGN_NAMES
+EXACT = tuple(d for d in ALL if d != "per_slot")
+TOL = 1e-9  # sweep vs oracles
+CERT_TOL = 1e-12  # a certificate's value vs the sweep's value
+
+CASES_PER_DESIGN = 1200
+POT_EVERY = 1  # POT on every case as well as brute force
+
+
+def _report(failures: list[str], total: int) -> str:
+    return f"{len(failures)} of {total} cases failed; first ones:\n" + "\n".join(failures[:5])
+
+
+def _mask(h: np.ndarray) -> int:
+    return oracles.mask_of(np.flatnonzero(h))
+
+
+@pytest.mark.parametrize("design", ALL)
+def test_sweep_matches_brute_force_and_pot(design, gen):
+    """α* by the sweep = brute force over all subsets = POT, and its H certifies the value.
+
+    ``per_slot``: the sweep is an upper bound (>= brute force) and its H certifies its value.
+    """
+    cases = gen.cases(design, CASES_PER_DESIGN, seed=101 + ALL.index(design))
+    failures = []
+    pot_checked = 0
+    for i, case in enumerate(cases):
+        res = ob.optimal_acceptance(case.p, case.q, n=case.n, design=design, certificate=True)
+        alpha = res.acceptance
+        probs = oracles.tuple_probs(design, case.q, case.n)
+        vocab = case.p.size
+        brute, _ = oracles.brute_alpha(case.p, probs)
+        mass = oracles.subset_mass(probs, vocab)
+        h = _mask(res.H)
+        certified = 1.0 + oracles.subset_sum(case.p, vocab)[h] - mass[h]
+        problems = []
+        if not isinstance(alpha, float):
+            problems.append(f"acceptance is {type(alpha).__name__}, not float")
+        if res.H.shape != (vocab,) or res.H.dtype != bool:
+            problems.append(f"H has shape {res.H.shape} and dtype {res.H.dtype}")
+        if res.exact != (design != "per_slot") or res.design != design or res.n != case.n:
+            problems.append(f"result metadata {res.exact, res.design, res.n}")
+        if design == "per_slot":
+            if not alpha >= brute - 1e-12:
+                problems.append(f"sweep {alpha!r} below brute force {brute!r}")
+        elif not abs(alpha - brute) <= TOL:
+            problems.append(f"sweep {alpha!r} != brute force {brute!r}")
+        if not abs(certified - alpha) <= CERT_TOL:
+            problems.append(f"certificate H={np.flatnonzero(res.H).tolist()} gives {certified!r}")
+        if i % POT_EVERY == 0:
+            pot_checked += 1
+            pot = oracles.pot_alpha(case.p, probs)
+            if not abs(pot - brute) <= TOL:  # the two oracles agree
+                problems.append(f"POT {pot!r} != brute force {brute!r}")
+            if design != "per_slot" and not abs(alpha - pot) <= TOL:
+                problems.append(f"sweep {alpha!r} != POT {pot!r}")
+        if problems:
+            failures.append(f"{case}: " + "; ".join(problems))
+    assert pot_checked >= CASES_PER_DESIGN // POT_EVERY
+    assert not failures, _report(failures, len(cases))
+
+
+@pytest.mark.parametrize("design", EXACT)
+def test_heavy_ties_match_brute_force(design, gen):
+    """Masses on a coarse grid (k/4, renormalised): many equal ratios p/q and equal q's, so the
+    sweep's tie-breaking (and the top-token ties towards the lower id) are exercised."""
+    rng = np.random.default_rng(206)
+    failures = []
+    checked = 0
+    while checked < 300:
+        vocab = int(rng.integers(2, 8))
+        p = rng.integers(0, 4, vocab).astype(float)
+        q = rng.integers(0, 4, vocab).astype(float)
+        if p.sum() == 0 or q.sum() == 0:
+            continue
+        p, q = p / p.sum(), q / q.sum()
+        top = gen.max_drafts(design, q, 4)
+        if top == 0:
+            continue
+        n = 2 if design == "hub" else int(rng.integers(1, top + 1))
+        checked += 1
+        alpha = ob.optimal_acceptance(p, q, n=n, design=design)
+        brute, _ = oracles.brute_alpha(p, oracles.tuple_probs(design, q, n))
+        if not abs(alpha - brute) <= TOL:
+            failures.append(f"n={n} p={p.tolist()!r} q={q.tolist()!r}: {alpha!r} vs {brute!r}")
+    assert not failures, _report(failures, checked)
+
+
+@pytest.mark.parametrize("design", ["iid", "without_replacement", "conditional_poisson", "greedy"])
+def test_one_draft_is_one_minus_total_variation(design, gen):
+    for case in gen.cases(design, 300, seed=201, max_n=1):
+        assert case.n == 1
+        alpha = ob.optimal_acceptance(case.p, case.q, n=1, design=design)
+        assert alpha == pytest.approx(1.0 - oracles.total_variation(case.p, case.q), abs=1e-12), (
+            str(case)
+        )
+
+
+@pytest.mark.parametrize("design", ["iid", "without_replacement", "conditional_poisson"])
+def test_more_drafts_never_lower_the_bound(design, gen):
+    failures = []
+    cases = gen.cases(design, 300, seed=202, vocab=(4, 9), max_n=1)
+    checked = 0
+    for case in cases:
+        top = gen.max_drafts(design, case.q, 5)
+        values = [
+            ob.optimal_acceptance(case.p, case.q, n=n, design=design) for n in range(1, top + 1)
+        ]
+        checked += top > 1
+        if np.any(np.diff(values) < -1e-12):
+            failures.append(f"{case}: α* for n = 1..{top}: {values}")
+    assert checked >= 200
+    assert not failures, _report(failures, len(cases))
+
+
+@pytest.mark.parametrize("design", ["iid", "without_replacement"])
+def test_identical_target_and_draft_accept_always(design, gen):
+    rng = np.random.default_rng(203)
+    for i in range(300):
+        kind = ("flat", "spiky", "tiny", "near_uniform")[i % 4]
+        vocab = int(rng.integers(2, 20))
+        q = gen.distribution(kind, rng, vocab)
+        top = gen.max_drafts(design, q, 4)
+        n = int(rng.integers(1, top + 1))
+        assert ob.optimal_acceptance(q, q, n=n, design=design) == pytest.approx(1.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("design", ALL)
+def test_bounded_by_inclusion_probabilities(design, gen):
+    """α* ≤ Σ_x min(p_x, P(x ∈ S)); equality for the hub, greedy and top-k designs."""
+    equality = design in ("hub", "greedy", "topk")
+    failures = []
+    cases = gen.cases(design, 300, seed=204 + ALL.index(design))
+    for case in cases:
+        probs = oracles.tuple_probs(design, case.q, case.n)
+        bound = float(np.minimum(case.p, oracles.inclusion_probs(probs, case.p.size)).sum())
+        alpha = ob.optimal_acceptance(case.p, case.q, n=case.n, design=design)
+        if alpha > bound + 1e-12 or (equality and abs(alpha - bound) > 1e-12):
+            failures.append(f"{case}: α* {alpha!r}, Σ min(p, P(x∈S)) = {bound!r}")
+    assert not failures, _report(failures, len(cases))
+
+
+def test_without_replacement_at_least_iid(gen):
+    """Distinct drafts never do worse: Q_wr(H) ≤ q(H)^n for every H. 3,000 cases, V ≤ 50."""
+    rng = np.random.default_rng(205)
+    failures = []
+    total = 3000
+    for i in range(total):
+        kind = gen.KINDS[i % len(gen.KINDS)]
+        vocab = int(rng.integers(2, 51))
+        p, q = gen.pair(kind, rng, vocab)
+        top = gen.max_drafts("without_replacement", q, 6)
+        n = int(rng.integers(1, top + 1))
+        wr = ob.optimal_acceptance(p, q, n=n, design="without_replacement")
+        iid = ob.optimal_acceptance(p, q, n=n, design="iid")
+        if wr < iid - 1e-12:
+            failures.append(f"kind={kind} n={n} p={p.tolist()!r} q={q.tolist()!r}: {wr} < {iid}")
+    assert not failures, _report(failures, total)
+
+
+def test_sequential_and_conditional_poisson_differ():
+    p, q = [0.3, 0.4, 0.3], [0.6, 0.3, 0.1]
+    wr = ob.optimal_acceptance(p, q, n=2, design="without_replacement")
+    cp = ob.optimal_acceptance(p, q, n=2, design="conditional_poisson")
+    assert round(wr, 5) == 0.99286
+    assert cp == pytest.approx(1.0, abs=1e-12)
+    for design, value in (("without_replacement", wr), ("conditional_poisson", cp)):
+        probs = oracles.tuple_probs(design, q, 2)
+        assert value == pytest.approx(oracles.brute_alpha(p, probs)[0], abs=1e-12)
+        assert value == pytest.approx(oracles.pot_alpha(p, probs), abs=1e-12)
+
+
+def test_known_closed_forms():
+    p, q = np.array([0.1, 0.2, 0.3, 0.4]), np.array([0.4, 0.3, 0.2, 0.1])
+    # top-k: p(T); greedy/hub (n = 2): p(T) + Σ_{x∉T} min(p_x, q_x / q(V∖T))
+    assert ob.optimal_acceptance(p, q, n=2, design="topk") == pytest.approx(0.3, abs=1e-15)
+    want = 0.1 + sum(min(p[x], q[x] / 0.6) for x in (1, 2, 3))
+    assert ob.optimal_acceptance(p, q, n=2, design="greedy") == pytest.approx(want, abs=1e-15)
+    assert ob.optimal_acceptance(p, q, n=2, design="hub") == pytest.approx(want, abs=1e-15)
+    # iid n = 1: 1 - TV = Σ min(p, q) = 0.6
+    assert ob.optimal_acceptance(p, q, n=1) == pytest.approx(0.6, abs=1e-15)
+
+
+# -- batching and broadcasting -------------------------------------------------------------------
+
+
+def _batch(gen, design, shape, seed, vocab=5, n=2):
+    rng = np.random.default_rng(seed)
+    size = int(np.prod(shape))
+    ps, qs = [], []
+    for i in range(size):
+        kind = ("flat", "spiky", "near_uniform", "tiny")[i % 4]
+        p, q = gen.pair(kind, rng, vocab, slots=n if design == "per_slot" else None)
+        ps.append(p)
+        qs.append(q)
+    p = np.array(ps).reshape(*shape, vocab)
+    q = np.array(qs).reshape(*shape, *qs[0].shape)
+    return p, q
+
+
+@pytest.mark.parametrize("design", ALL)
+def test_batched_equals_row_by_row(design, gen):
+    shape = (3, 4)
+    p, q = _batch(gen, design, shape, seed=301)
+    res = ob.optimal_acceptance(p, q, n=2, design=design, certificate=True)
+    plain = ob.optimal_acceptance(p, q, n=2, design=design)
+    assert isinstance(plain, np.ndarray) and plain.shape == shape
+    assert res.acceptance.shape == shape and res.H.shape == (*shape, 5)
+    np.testing.assert_array_equal(plain, res.acceptance)
+    for idx in np.ndindex(*shape):
+        one = ob.optimal_acceptance(p[idx], q[idx], n=2, design=design, certificate=True)
+        assert isinstance(one.acceptance, float)
+        assert plain[idx] == pytest.approx(one.acceptance, abs=1e-14)
+        probs = oracles.tuple_probs(design, q[idx], 2)
+        h = _mask(res.H[idx])
+        certified = 1 + oracles.subset_sum(p[idx])[h] - oracles.subset_mass(probs, 5)[h]
+        assert certified == pytest.approx(plain[idx], abs=CERT_TOL)
+
+
+@pytest.mark.parametrize("design", ALL)
+def test_broadcasting_p_against_q(design, gen):
+    p_rows, q_rows = _batch(gen, design, (6,), seed=302)
+    # one p against many q, and many p against one q
+    many_q = ob.optimal_acceptance(p_rows[0], q_rows, n=2, design=design)
+    many_p = ob.optimal_acceptance(p_rows, q_rows[0], n=2, design=design)
+    assert many_q.shape == (6,) and many_p.shape == (6,)
+    for i in range(6):
+        assert many_q[i] == pytest.approx(
+            ob.optimal_acceptance(p_rows[0], q_rows[i], n=2, design=design), abs=1e-14
+        )
+        assert many_p[i] == pytest.approx(
+            ob.optimal_acceptance(p_rows[i], q_rows[0], n=2, design=design), abs=1e-14
+        )
+    # (2, 1, V) against (3, V) broadcasts to (2, 3)
+    grid = ob.optimal_acceptance(p_rows[:2, None], q_rows[:3], n=2, design=design)
+    assert grid.shape == (2, 3)
+    assert grid[1, 2] == pytest.approx(
+        ob.optimal_acceptance(p_rows[1], q_rows[2], n=2, design=design), abs=1e-14
+    )
+
+
+# -- properties (hypothesis) ---------------------------------------------------------------------
+
+_masses = st.one_of(
+    st.floats(min_value=0.0, max_value=1.0, allow_subnormal=False),
+    st.sampled_from([0.0, 1e-30, 1e-12, 1.0]),
+)
+
+
+@st.composite
+def _problems(draw, distinct: bool):
+    vocab = draw(st.integers(2, 5))
+    p = np.array(draw(st.lists(_masses, min_size=vocab, max_size=vocab)))
+    q = np.array(draw(st.lists(_masses, min_size=vocab, max_size=vocab)))
+    if p.sum() <= 0 or q.sum() <= 0:
+        p, q = p + 1.0, q + 1.0
+    p, q = p / p.sum(), q / q.sum()
+    top = int(np.count_nonzero(q > 0)) if distinct else vocab
+    n = draw(st.integers(1, min(3, top)))
+    return p, q, n
+
+
+@settings(max_examples=300, deadline=None)
+@given(_problems(distinct=False))
+def test_property_iid_matches_brute_force(problem):
+    p, q, n = problem
+    want, _ = oracles.brute_alpha(p, oracles.iid_tuples(q, n))
+    assert ob.optimal_acceptance(p, q, n=n, design="iid") == pytest.approx(want, abs=TOL)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_problems(distinct=True))
+def test_property_without_replacement_matches_brute_force(problem):
+    p, q, n = problem
+    want, _ = oracles.brute_alpha(p, oracles.without_replacement_tuples(q, n))
+    got = ob.optimal_acceptance(p, q, n=n, design="without_replacement")
+    assert got == pytest.approx(want, abs=TOL)
+
+
+# -- inputs that crashed or misbehaved -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("tiny", [1e-300, 1e-305, 1e-310])
+def test_without_replacement_minute_draft_mass(tiny):
+    """A valid q with an entry below ~1e-297: the node count log(t_hi / t_lo) overflows."""
+    p, q = [0.2, 0.3, 0.5], [0.5, 0.5 - tiny, tiny]
+    want, _ = oracles.brute_alpha(p, oracles.without_replacement_tuples(q, 2))
+    got = ob.optimal_acceptance(p, q, n=2, design="without_replacement")
+    assert got == pytest.approx(want, abs=TOL)
+
+
+@pytest.mark.parametrize("design", ["iid", "per_slot"])
+def test_more_drafts_than_tokens_with_replacement(design):
+    """i.i.d. (and per-slot) drafts may repeat, so n > V is a valid question: V = 2, n = 3."""
+    p = np.array([0.7, 0.3])
+    q = np.array([0.4, 0.6]) if design == "iid" else np.array([[0.4, 0.6]] * 3)
+    want, _ = oracles.brute_alpha(p, oracles.tuple_probs(design, q, 3))
+    got = ob.optimal_acceptance(p, q, n=3, design=design)
+    assert got == pytest.approx(want, abs=TOL)

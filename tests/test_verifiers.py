@@ -1,0 +1,833 @@
+"""Tests of otbound.verifiers against independent oracles.
+
+The oracle is a brute-force enumerator written here from the definitions in MATH.md: for every
+ordered draft tuple of ``design.tuple_support`` it computes the verifier's exact output law
+``P(Y | x̄)`` step by step, and sums ``Q(x̄) P(Y | x̄)`` (which must be ``p``) and
+``Q(x̄) P(Y ∈ x̄ | x̄)`` (which must be the verifier's exact acceptance). Bounds come from the
+exact sweep and the HiGHS set LP; Monte Carlo must agree within 4 standard errors.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.optimize import brentq
+
+from otbound import optimal_acceptance
+from otbound.drafts import get_design
+from otbound.verifiers import VERIFIERS, get_verifier
+from otbound.verifiers.base import BaseVerifier
+
+# -- random cases ----------------------------------------------------------------------------
+
+
+def make_case(rng: np.random.Generator, kind: str, vocab: int) -> tuple[np.ndarray, np.ndarray]:
+    """A (p, q) pair of the given kind."""
+    if kind == "dirichlet":
+        p, q = rng.dirichlet(np.full(vocab, 0.7)), rng.dirichlet(np.full(vocab, 0.7))
+    elif kind == "peaked":
+        p, q = rng.dirichlet(np.full(vocab, 0.1)), rng.dirichlet(np.full(vocab, 0.1))
+    elif kind == "near_uniform":
+        p = np.full(vocab, 1.0 / vocab) + rng.uniform(-0.02, 0.02, vocab) / vocab
+        q = np.full(vocab, 1.0 / vocab) + rng.uniform(-0.02, 0.02, vocab) / vocab
+    elif kind == "onehot_p":
+        p = np.zeros(vocab)
+        p[rng.integers(vocab)] = 1.0
+        q = rng.dirichlet(np.ones(vocab))
+    elif kind == "onehot_q":
+        p = rng.dirichlet(np.ones(vocab))
+        q = np.zeros(vocab)
+        q[rng.integers(vocab)] = 1.0
+    elif kind == "disjoint":
+        perm = rng.permutation(vocab)
+        half = vocab // 2
+        p, q = np.zeros(vocab), np.zeros(vocab)
+        p[perm[:half]] = rng.dirichlet(np.ones(half))
+        q[perm[half:]] = rng.dirichlet(np.ones(vocab - half))
+    elif kind == "zeros":
+        p, q = rng.dirichlet(np.ones(vocab)), rng.dirichlet(np.ones(vocab))
+        p[rng.integers(vocab)] = 0.0
+        q[rng.integers(vocab)] = 0.0
+    elif kind == "equal":
+        p = rng.dirichlet(np.ones(vocab))
+        q = p.copy()
+    elif kind == "tiny":
+        p, q = rng.dirichlet(np.ones(vocab)), rng.dirichlet(np.ones(vocab))
+        q[rng.integers(vocab)] = 1e-12
+        p[rng.integers(vocab)] = 1e-13
+    else:  # pragma: no cover
+        raise AssertionError(kind)
+    return p / p.sum(), q / q.sum()
+
+
+KINDS = (
+    "dirichlet",
+    "peaked",
+    "near_uniform",
+    "onehot_p",
+    "onehot_q",
+    "disjoint",
+    "zeros",
+    "equal",
+    "tiny",
+)
+
+
+def cases(count: int, seed: int, vocab_range=(2, 6)):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(count):
+        kind = KINDS[i % len(KINDS)]
+        vocab = int(rng.integers(vocab_range[0], vocab_range[1] + 1))
+        out.append((kind, *make_case(rng, kind, vocab)))
+    return out
+
+
+def applicable(v: BaseVerifier, p, q, n) -> bool:
+    return v.applies(p, q, n)
+
+
+# -- the independent brute-force oracle ------------------------------------------------------
+
+
+def res(p, q):
+    d = np.maximum(p - q, 0.0)
+    return d / d.sum() if d.sum() > 0 else p.copy()
+
+
+def onehot(vocab, x):
+    e = np.zeros(vocab)
+    e[x] = 1.0
+    return e
+
+
+def kseq_rho_oracle(p, q, n):
+    """Root of ρβ(ρ) = 1 − (1 − β(ρ))^n, i.e. of ρ − Σ_{i<n} (1 − β(ρ))^i, by brentq."""
+
+    def g(rho):
+        beta = np.minimum(q, p / rho).sum()
+        if beta <= 0:
+            return 0.0
+        miss = np.maximum(q - p / rho, 0.0).sum()
+        return rho - sum(miss**i for i in range(n))
+
+    if g(1.0) >= 0:
+        return 1.0
+    if g(float(n)) <= 0:
+        return float(n)
+    return brentq(g, 1.0, float(n), xtol=1e-15, rtol=1e-15)
+
+
+def law_given_drafts(name, v, x, p, q, n, aux):
+    """``P(Y = · | drafts x)`` from the verifier's definition (MATH.md)."""
+    vocab = p.size
+    out = np.zeros(vocab)
+    if name == "single":
+        a = min(1.0, p[x[0]] / q[x[0]])
+        return a * onehot(vocab, x[0]) + (1 - a) * res(p, q)
+    if name == "rrs":
+        mass, target = 1.0, p
+        for xk in x:
+            a = min(1.0, target[xk] / q[xk])
+            out[xk] += mass * a
+            mass *= 1 - a
+            target = res(target, q)
+        return out + mass * target
+    if name == "rrs_without_replacement":
+        mass, target, draft = 1.0, p, q.copy()
+        for xk in x:
+            a = min(1.0, target[xk] / draft[xk])
+            out[xk] += mass * a
+            mass *= 1 - a
+            target = res(target, draft)
+            draft = draft.copy()
+            draft[xk] = 0.0
+            if draft.sum() > 0:
+                draft /= draft.sum()
+        return out + mass * target
+    if name == "kseq":
+        rho = aux["rho"]
+        beta = np.minimum(q, p / rho).sum()
+        c = (1 - (1 - beta) ** n) / beta if beta > 0 else float(n)
+        left = np.maximum(p - np.minimum(q, p / rho) * c, 0.0)
+        mass = 1.0
+        for xk in x:
+            a = min(1.0, p[xk] / (rho * q[xk]))
+            out[xk] += mass * a
+            mass *= 1 - a
+        return out + mass * left / left.sum() if left.sum() > 0 else out
+    if name in ("spechub", "greedy"):
+        if name == "spechub":
+            hub = int(np.argmax(q))
+            fixed = [hub]
+            last = int(x[1] if x[0] == hub else x[0])
+        else:
+            fixed = list(np.argsort(-q, kind="stable")[: n - 1])
+            last = int(x[-1])
+        r = q.copy()
+        r[fixed] = 0.0
+        r /= r.sum()
+        outside = np.ones(vocab, bool)
+        outside[fixed] = False
+        slack = np.maximum(r - p, 0.0)[outside].sum()
+        keep = min(1.0, p[last] / r[last])
+        out[last] += keep
+        theta = p[fixed].sum() / slack if slack > 0 else 0.0
+        if p[fixed].sum() > 0:
+            out[fixed] += (1 - keep) * theta * p[fixed] / p[fixed].sum()
+        rest = np.where(outside, np.maximum(p - r, 0.0), 0.0)
+        if rest.sum() > 0:
+            out += (1 - keep) * (1 - theta) * rest / rest.sum()
+        return out
+    if name == "topk":
+        mass, target = 1.0, p.copy()
+        for xk in x:
+            a = target[xk] / target.sum() if target.sum() > 0 else 0.0
+            out[xk] += mass * a
+            mass *= 1 - a
+            target[xk] = 0.0
+        if target.sum() > 0:
+            out += mass * target / target.sum()
+        return out
+    if name == "importance":
+        chosen = aux["select"](x)
+        induced = aux["induced"]
+        for j, xj in enumerate(x):
+            a = min(1.0, p[xj] / induced[xj])
+            out[xj] += chosen[j] * a
+            out += chosen[j] * (1 - a) * res(p, induced)
+        return out
+    if name == "optimal":
+        plan = aux["plan"]
+        row = plan.lookup(np.asarray(x)[None, :], vocab)[0]
+        return plan.conditional(vocab)[row]
+    raise AssertionError(name)  # pragma: no cover
+
+
+def importance_select(stages, n):
+    """Selection probabilities over slots by folding, written from the definition."""
+
+    def select(x):
+        probs = np.zeros(n)
+        probs[0] = 1.0
+        for k, stage in enumerate(stages, start=1):
+            new = probs.copy()
+            for j in range(k):
+                i, c = x[j], x[k]
+                if i == c:
+                    keep = 1.0
+                elif stage.rank[i] < stage.top and stage.rank[c] < stage.top:
+                    keep = stage.keep_top[stage.rank[i], stage.rank[c]]
+                else:
+                    keep = 1.0 if stage.rank[i] < stage.rank[c] else 0.0
+                new[j] = probs[j] * keep
+                new[k] += probs[j] * (1 - keep)
+            probs = new
+        return probs
+
+    return select
+
+
+def oracle_tuples(design, q, n):
+    """Ordered draft tuples with their probabilities, written here from MATH.md's designs."""
+    import itertools
+
+    vocab = q.shape[-1]
+    out, probs = [], []
+    top = list(np.argsort(-q, kind="stable")) if q.ndim == 1 else None
+    for x in itertools.product(range(vocab), repeat=n):
+        if design == "iid":
+            w = np.prod(q[list(x)])
+        elif design == "per_slot":
+            w = np.prod([q[k, x[k]] for k in range(n)])
+        elif design == "without_replacement":
+            if len(set(x)) < n:
+                continue
+            w = 1.0
+            for k in range(n):
+                left = sum(q[y] for y in range(vocab) if y not in x[:k])
+                w *= q[x[k]] / left
+        elif design == "greedy":
+            fixed = top[: n - 1]
+            if list(x[:-1]) != fixed or x[-1] in fixed:
+                continue
+            w = q[x[-1]] / sum(q[y] for y in range(vocab) if y not in fixed)
+        elif design == "topk":
+            w = 1.0 if list(x) == top[:n] else 0.0
+        elif design == "hub":
+            hub = top[0]
+            rest = sum(q[y] for y in range(vocab) if y != hub)
+            if x[0] != hub and x[1] == hub:
+                w = q[x[0]]
+            elif x[0] == hub and x[1] != hub:
+                w = q[hub] * q[x[1]] / rest
+            else:
+                w = 0.0
+        elif design == "conditional_poisson":
+            if len(set(x)) < n:
+                continue
+            w = np.prod(q[list(x)])
+        else:  # pragma: no cover
+            raise AssertionError(design)
+        if w > 0:
+            out.append(x)
+            probs.append(w)
+    probs = np.array(probs)
+    if design == "conditional_poisson":
+        probs /= probs.sum()
+    return np.array(out, dtype=np.int64), probs
+
+
+def enumerate_law(name, v, p, q, n):
+    """(output distribution, acceptance, induced p_I or None) by brute force over tuples."""
+    tuples, probs = oracle_tuples(v.design, q, n)
+    assert probs.sum() == pytest.approx(1.0, abs=1e-12)
+    aux: dict = {}
+    if name == "kseq":
+        aux["rho"] = kseq_rho_oracle(p, q, n)
+    if name == "importance":
+        stages = v.stages(p, q, n)
+        select = importance_select(stages, n)
+        induced = np.zeros(p.size)
+        for x, w in zip(tuples, probs, strict=True):
+            for j, xj in enumerate(x):
+                induced[xj] += w * select(x)[j]
+        aux["select"], aux["induced"] = select, induced
+    if name == "optimal":
+        aux["plan"] = v.plan(p, q, n)
+    law = np.zeros(p.size)
+    acc = 0.0
+    for x, w in zip(tuples, probs, strict=True):
+        cond = law_given_drafts(name, v, list(x), p, q, n, aux)
+        law += w * cond
+        acc += w * cond[np.unique(x)].sum()
+    return law, acc, aux.get("induced")
+
+
+ENUMERABLE = [name for name in VERIFIERS if name != "gls"]
+
+
+# -- exact = enumeration, lossless by enumeration --------------------------------------------
+
+
+@pytest.mark.parametrize("name", ENUMERABLE)
+def test_exact_acceptance_equals_enumeration_and_law_is_p(name):
+    v = get_verifier(name)
+    checked = 0
+    for kind, p, q in cases(36, seed=11):
+        for n in (1, 2, 3):
+            if not applicable(v, p, q, n):
+                continue
+            exact = v.acceptance(p, q, n)
+            law, acc, induced = enumerate_law(name, v, p, q, n)
+            assert np.allclose(law, p, atol=1e-10), (kind, n, law, p)
+            assert exact is not None
+            assert exact == pytest.approx(acc, abs=1e-10), (kind, n)
+            if induced is not None:  # the closed-form p_I equals the enumerated one
+                stages = v.stages(p, q, n)
+                closed = stages[-1].induced if stages else q
+                assert np.allclose(closed, induced, atol=1e-12), (kind, n)
+            checked += 1
+    assert checked >= (20 if name == "spechub" else 40)
+
+
+def test_kseq_rho_is_the_smallest_lossless_slack():
+    v = get_verifier("kseq")
+    for _, p, q in cases(30, seed=5):
+        for n in (2, 3, 5):
+            if n > p.size:
+                continue
+            rho = v.rho(p, q, n)
+            assert rho == pytest.approx(kseq_rho_oracle(p, q, n), rel=1e-9, abs=1e-12)
+            assert 1.0 <= rho <= n
+
+
+def test_rrs_without_replacement_two_draft_formula_large_vocabulary():
+    """The O(V log V) n = 2 formula against the prefix enumeration at V = 60."""
+    v = get_verifier("rrs_without_replacement")
+    rng = np.random.default_rng(3)
+    for alpha in (0.05, 0.5, 2.0):
+        p, q = rng.dirichlet(np.full(60, alpha)), rng.dirichlet(np.full(60, alpha))
+        law, acc, _ = enumerate_law("rrs_without_replacement", v, p, q, 2)
+        assert np.allclose(law, p, atol=1e-10)
+        assert v.acceptance(p, q, 2) == pytest.approx(acc, abs=1e-11)
+
+
+def test_rrs_without_replacement_enumeration_limit():
+    v = get_verifier("rrs_without_replacement")
+    p = np.full(100, 0.01)
+    assert v.acceptance(p, p[::-1], 3) is None  # 100^3 > 200,000 tuples
+    assert v.acceptance(p, p, 2) == pytest.approx(1.0)
+
+
+# -- Monte Carlo = exact ------------------------------------------------------------------------
+
+
+def assert_within_4se(mc, exact, trials, context):
+    se = math.sqrt(max(exact * (1 - exact), 0.0) / trials)
+    assert abs(mc - exact) <= 4 * se + 1e-12, (context, mc, exact, se)
+
+
+@pytest.mark.parametrize("name", VERIFIERS)
+def test_simulate_matches_exact_acceptance(name):
+    v = get_verifier(name)
+    trials = 40_000
+    checked = 0
+    for i, (kind, p, q) in enumerate(cases(12, seed=21)):
+        for n in (1, 2, 3):
+            if not applicable(v, p, q, n):
+                continue
+            exact = v.acceptance(p, q, n)
+            if exact is None:
+                continue
+            res_ = v.simulate(p, q, n, trials=trials, seed=i)
+            assert res_.tokens.shape == (trials,) and res_.tokens.dtype == np.int64
+            assert res_.accepted.dtype == bool
+            assert np.array_equal(res_.accepted, (res_.drafts == res_.tokens[:, None]).any(1))
+            assert_within_4se(res_.acceptance, exact, trials, (name, kind, n))
+            checked += 1
+    assert checked >= 6
+
+
+class VerifyOnly:
+    """Exposes only the one-trial ``verify`` of a shipped verifier."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.design = inner.design
+        self.name = inner.name + "-verify"
+
+    def acceptance(self, p, q, n=2):
+        return None
+
+    def verify(self, drafts, p, q, rng):
+        return self.inner.verify(drafts, p, q, rng)
+
+
+@pytest.mark.parametrize("name", VERIFIERS)
+def test_verify_matches_exact_and_is_lossless(name):
+    from otbound.evaluate import check_lossless
+
+    v = get_verifier(name)
+    rng = np.random.default_rng(8)
+    p, q = rng.dirichlet(np.ones(5)), rng.dirichlet(np.ones(5))
+    n = 2
+    trials = 6_000
+    design = get_design(v.design)
+    drafts = design.sample(q, n, trials, np.random.default_rng(1))
+    gen = np.random.default_rng(2)
+    out = [v.verify(d, p, q, gen) for d in drafts]
+    tokens = np.array([t for t, _ in out])
+    accepted = np.array([a for _, a in out])
+    assert np.array_equal(accepted, (drafts == tokens[:, None]).any(1))
+    exact = v.acceptance(p, q, n)
+    if exact is None:  # gls at n = 2: compare with the vectorised simulation
+        sim = v.simulate(p, q, n, trials=200_000, seed=3)
+        exact = sim.acceptance
+    assert_within_4se(accepted.mean(), exact, trials, name)
+    result = check_lossless(VerifyOnly(v), p, q, n, trials=trials, seed=4)
+    assert result.passed, result.message
+
+
+# -- bounds --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", VERIFIERS)
+def test_acceptance_never_exceeds_alpha_star(name):
+    v = get_verifier(name)
+    for i, (kind, p, q) in enumerate(cases(27, seed=31)):
+        for n in (1, 2, 3, 4):
+            if not applicable(v, p, q, n):
+                continue
+            star = optimal_acceptance(p, q, n, v.design)
+            exact = v.acceptance(p, q, n)
+            if exact is not None:
+                assert exact <= star + 1e-9, (kind, n, exact, star)
+            else:
+                sim = v.simulate(p, q, n, trials=20_000, seed=i)
+                assert sim.acceptance - 4 * sim.stderr <= star + 1e-9, (kind, n)
+
+
+@pytest.mark.parametrize("name", ["spechub", "greedy", "topk", "optimal"])
+def test_optimal_verifiers_reach_alpha_star(name):
+    v = get_verifier(name)
+    checked = 0
+    for kind, p, q in cases(45, seed=41):
+        for n in (1, 2, 3, 4):
+            if not applicable(v, p, q, n):
+                continue
+            star = optimal_acceptance(p, q, n, v.design)
+            assert v.acceptance(p, q, n) == pytest.approx(star, abs=1e-9), (kind, n)
+            checked += 1
+    assert checked >= 30
+
+
+@pytest.mark.parametrize(
+    "design", ["iid", "without_replacement", "conditional_poisson", "greedy", "topk", "hub"]
+)
+def test_optimal_verifier_reaches_alpha_star_for_every_design(design):
+    v = get_verifier("optimal", design=design)
+    for kind, p, q in cases(18, seed=43):
+        if kind == "tiny" and design == "without_replacement":
+            # drafts.WithoutReplacement.tuple_support loses ~1e-5 of mass when one draft
+            # holds 1 - 1e-12 of q (its ``total - used`` cancels); solve_primal rejects that.
+            continue
+        for n in (2, 3) if design != "hub" else (2,):
+            if not applicable(v, p, q, n):
+                continue
+            star = optimal_acceptance(p, q, n, design)
+            assert v.acceptance(p, q, n) == pytest.approx(star, abs=1e-9), (kind, n)
+            law, acc, _ = enumerate_law("optimal", v, p, q, n)
+            assert np.allclose(law, p, atol=1e-10)
+            assert acc == pytest.approx(star, abs=1e-9)
+
+
+def test_optimal_verifier_per_slot_matches_the_lp():
+    from otbound.bounds.primal import solve_primal
+
+    v = get_verifier("optimal", design="per_slot")
+    rng = np.random.default_rng(4)
+    for _ in range(6):
+        p = rng.dirichlet(np.ones(4))
+        q = rng.dirichlet(np.ones(4), size=2)
+        lp = solve_primal(p, q, 2, "per_slot").acceptance
+        assert v.acceptance(p, q, 2) == pytest.approx(lp, abs=1e-9)
+        law, acc, _ = enumerate_law("optimal", v, p, q, 2)
+        assert np.allclose(law, p, atol=1e-10)
+        assert acc == pytest.approx(lp, abs=1e-9)
+        sim = v.simulate(p, q, 2, trials=30_000, seed=1)
+        assert_within_4se(sim.acceptance, lp, 30_000, "per_slot")
+
+
+def test_kseq_is_within_one_minus_one_over_e_of_alpha_star():
+    v = get_verifier("kseq")
+    for kind, p, q in cases(60, seed=51, vocab_range=(2, 12)):
+        for n in (2, 3, 5, 8):
+            if n > p.size:
+                continue
+            star = optimal_acceptance(p, q, n, "iid")
+            assert v.acceptance(p, q, n) >= (1 - 1 / math.e) * star - 1e-12, (kind, n)
+
+
+def test_kseq_beats_or_ties_single_draft_and_loses_to_alpha_star_somewhere():
+    v = get_verifier("kseq")
+    p, q = np.array([0.1, 0.2, 0.3, 0.4]), np.array([0.4, 0.3, 0.2, 0.1])
+    assert v.acceptance(p, q, 2) > v.acceptance(p, q, 1)
+    assert v.acceptance(p, q, 2) < optimal_acceptance(p, q, 2) - 1e-3
+
+
+# -- n = 1 -----------------------------------------------------------------------------------------
+
+SINGLE_AT_ONE = [
+    "single",
+    "rrs",
+    "rrs_without_replacement",
+    "kseq",
+    "greedy",
+    "importance",
+    "optimal",
+]
+
+
+@pytest.mark.parametrize("name", SINGLE_AT_ONE)
+def test_one_draft_is_speculative_sampling(name):
+    """At n = 1 these verifiers accept with 1 − TV and have single-draft sampling's law."""
+    v = get_verifier(name)
+    single = get_verifier("single")
+    for kind, p, q in cases(27, seed=61):
+        tv = 0.5 * np.abs(p - q).sum()
+        assert v.acceptance(p, q, 1) == pytest.approx(1 - tv, abs=1e-12), kind
+        aux = {"rho": 1.0}
+        if name == "importance":
+            aux = {"select": lambda x: np.ones(1), "induced": q}
+        if name == "optimal":
+            continue  # any optimal plan is allowed; its law is checked by enumeration above
+        for x in np.flatnonzero(q > 0):
+            mine = law_given_drafts(name, v, [x], p, q, 1, aux)
+            ref = law_given_drafts("single", single, [x], p, q, 1, {})
+            assert np.allclose(mine, ref, atol=1e-12)
+
+
+def test_topk_and_gls_at_one_draft():
+    """The two exceptions: top-1 is deterministic (α = p(argmax q)); GLS couples, never rejects."""
+    rng = np.random.default_rng(2)
+    p, q = rng.dirichlet(np.ones(6)), rng.dirichlet(np.ones(6))
+    assert get_verifier("topk").acceptance(p, q, 1) == pytest.approx(p[np.argmax(q)])
+    gls = get_verifier("gls").acceptance(p, q, 1)
+    tv = 0.5 * np.abs(p - q).sum()
+    assert (1 - tv) / (1 + tv) - 1e-12 <= gls <= 1 - tv + 1e-12
+    brute = sum(1.0 / np.sum(np.maximum(p / p[j], q / q[j])) for j in range(6))
+    assert gls == pytest.approx(brute, rel=1e-12)
+
+
+# -- GLS against the shared-uniform definition ----------------------------------------------------
+
+
+def gls_brute_force(p, q, n, trials, rng):
+    """The definition: shared uniforms U^(k)_i; drafts and output are argmins."""
+    e = -np.log(rng.random((trials, n, p.size)))
+    with np.errstate(divide="ignore"):
+        drafts = np.argmin(e / q, axis=2)
+        tokens = np.argmin(e.min(axis=1) / p, axis=1)
+    return drafts, tokens
+
+
+def joint_codes(drafts, tokens, vocab):
+    code = tokens.astype(np.int64)
+    for k in range(drafts.shape[1]):
+        code = code * vocab + drafts[:, k]
+    return code
+
+
+def two_sample_chi2(a, b, size):
+    from scipy.stats import chi2_contingency
+
+    ca, cb = np.bincount(a, minlength=size), np.bincount(b, minlength=size)
+    keep = (ca + cb) >= 10
+    table = np.stack([ca[keep], cb[keep]])
+    return chi2_contingency(table)[1]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_gls_simulation_has_the_joint_law_of_the_definition(n):
+    """(drafts, output) from the hazard-based simulation vs the brute-force shared noise."""
+    v = get_verifier("gls")
+    rng = np.random.default_rng(100 + n)
+    for kind in ("dirichlet", "peaked", "zeros", "onehot_p"):
+        p, q = make_case(rng, kind, 4)
+        trials = 60_000
+        d_ref, t_ref = gls_brute_force(p, q, n, trials, np.random.default_rng(n))
+        sim = v.simulate(p, q, n, trials=trials, seed=n)
+        size = 4 ** (n + 1)
+        pval = two_sample_chi2(
+            joint_codes(d_ref, t_ref, 4), joint_codes(sim.drafts, sim.tokens, 4), size
+        )
+        assert pval > 1e-4, (kind, n, pval)
+        if n == 1:
+            assert_within_4se(sim.acceptance, v.acceptance(p, q, 1), trials, kind)
+
+
+def test_gls_verify_has_the_conditional_law_of_the_definition():
+    v = get_verifier("gls")
+    rng = np.random.default_rng(7)
+    p, q = rng.dirichlet(np.ones(4)), rng.dirichlet(np.ones(4))
+    d_ref, t_ref = gls_brute_force(p, q, 2, 20_000, np.random.default_rng(1))
+    gen = np.random.default_rng(2)
+    t_mine = np.array([v.verify(d, p, q, gen)[0] for d in d_ref])
+    # same drafts, output drawn by verify from the conditional noise
+    pval = two_sample_chi2(joint_codes(d_ref, t_ref, 4), joint_codes(d_ref, t_mine, 4), 64)
+    assert pval > 1e-4, pval
+
+
+def test_gls_lower_bound():
+    v = get_verifier("gls")
+    for i, (kind, p, q) in enumerate(cases(9, seed=71)):
+        for n in (1, 2, 4):
+            if not applicable(v, p, q, n):
+                continue
+            bound = v.lower_bound(p, q, n)
+            sim = v.simulate(p, q, n, trials=40_000, seed=i)
+            assert sim.acceptance + 4 * sim.stderr + 1e-12 >= bound, (kind, n)
+            if n == 1:
+                assert bound == pytest.approx(v.acceptance(p, q, 1), abs=1e-12)
+
+
+def test_gls_is_fast_at_a_real_vocabulary():
+    """O(n log V) per trial: 20,000 trials at V = 32,000, n = 4 in well under a few seconds."""
+    import time
+
+    rng = np.random.default_rng(0)
+    p, q = rng.dirichlet(np.full(32_000, 0.05)), rng.dirichlet(np.full(32_000, 0.05))
+    v = get_verifier("gls")
+    v.simulate(p[:10] / p[:10].sum(), q[:10] / q[:10].sum(), 4, trials=10, seed=0)  # compile
+    start = time.perf_counter()
+    sim = v.simulate(p, q, 4, trials=20_000, seed=0)
+    assert time.perf_counter() - start < 5.0
+    assert 0.0 < sim.acceptance <= optimal_acceptance(p, q, 4) + 0.02
+
+
+# -- importance sampling ---------------------------------------------------------------------------
+
+
+def test_importance_with_all_tokens_in_the_lp_reaches_alpha_star_at_two_drafts():
+    v = get_verifier("importance")  # top = 10 >= V
+    for kind, p, q in cases(27, seed=81, vocab_range=(2, 8)):
+        star = optimal_acceptance(p, q, 2)
+        assert v.selection_acceptance(p, q, 2) == pytest.approx(star, abs=1e-7), kind
+        assert v.acceptance(p, q, 2) == pytest.approx(star, abs=1e-7), kind
+
+
+def test_importance_tail_rules_and_coincidence_term():
+    """With top = 2..4 on V = 6 the tail rules matter; the n = 2 closed form (selection plus
+    the residual landing on the other draft) equals the enumeration, and the coincidence term is
+    positive."""
+    rng = np.random.default_rng(9)
+    positive = 0
+    for trial in range(60):
+        v = get_verifier("importance", top=2 + trial % 3)
+        p, q = rng.dirichlet(np.full(6, 0.6)), rng.dirichlet(np.full(6, 0.6))
+        for n in (2, 3):
+            law, acc, induced = enumerate_law("importance", v, p, q, n)
+            assert np.allclose(law, p, atol=1e-10)
+            assert v.acceptance(p, q, n) == pytest.approx(acc, abs=1e-10)
+            selected = v.selection_acceptance(p, q, n)
+            assert selected == pytest.approx(np.minimum(p, induced).sum(), abs=1e-12)
+            assert acc >= selected - 1e-12
+            positive += acc > selected + 1e-6
+    assert positive > 0
+
+
+def test_importance_per_slot_drafts():
+    v = get_verifier("importance", design="per_slot", top=3)
+    rng = np.random.default_rng(10)
+    for _ in range(5):
+        p = rng.dirichlet(np.ones(5))
+        q = rng.dirichlet(np.ones(5), size=3)
+        for n in (2, 3):
+            qs = q[:n]
+            law, acc, _ = enumerate_law("importance", v, p, qs, n)
+            assert np.allclose(law, p, atol=1e-10)
+            assert v.acceptance(p, qs, n) == pytest.approx(acc, abs=1e-10)
+            sim = v.simulate(p, qs, n, trials=30_000, seed=n)
+            assert_within_4se(sim.acceptance, acc, 30_000, n)
+
+
+def test_importance_large_vocabulary_is_exact_at_two_drafts_only():
+    v = get_verifier("importance")
+    rng = np.random.default_rng(12)
+    p, q = rng.dirichlet(np.full(2_000, 0.1)), rng.dirichlet(np.full(2_000, 0.1))
+    a2 = v.acceptance(p, q, 2)
+    assert a2 is not None and a2 <= optimal_acceptance(p, q, 2) + 1e-9
+    sim = v.simulate(p, q, 2, trials=50_000, seed=0)
+    assert_within_4se(sim.acceptance, a2, 50_000, "V=2000")
+    assert v.acceptance(p, q, 3) is None
+
+
+# -- single with n > 1 --------------------------------------------------------------------------
+
+
+def test_single_uses_only_the_first_draft():
+    v = get_verifier("single")
+    p, q = np.array([0.5, 0.5, 0.0]), np.array([0.0, 0.5, 0.5])
+    # first draft 2 is always rejected (p = 0); the residual is token 0
+    assert v.verify([2, 1], p, q, np.random.default_rng(0)) == (0, False)
+    beta = np.minimum(p, q).sum()
+    # residual token 0 never coincides with a draft: q_0 = 0
+    assert v.acceptance(p, q, 3) == pytest.approx(beta)
+
+
+# -- bad input ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", VERIFIERS)
+def test_bad_input_raises_value_error_naming_the_argument(name):
+    v = get_verifier(name)
+    p, q = [0.2, 0.3, 0.5], [0.5, 0.3, 0.2]
+    n = 2
+    with pytest.raises(ValueError, match="p has a negative"):
+        v.acceptance([-0.1, 0.6, 0.5], q, n)
+    with pytest.raises(ValueError, match="q"):
+        v.acceptance(p, [0.5, 0.5], n)
+    with pytest.raises(ValueError, match="n must be"):
+        v.acceptance(p, q, 0)
+    with pytest.raises(ValueError, match="n must be"):
+        v.simulate(p, q, "2")
+    with pytest.raises(ValueError, match="trials"):
+        v.simulate(p, q, n, trials=0)
+    with pytest.raises(ValueError, match="one step"):
+        v.acceptance([p, p], [q, q], n)
+    with pytest.raises(ValueError, match="drafts"):
+        v.verify([0, 7], p, q, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="drafts"):
+        v.verify([], p, q, np.random.default_rng(0))
+
+
+def test_verifier_specific_limits():
+    with pytest.raises(ValueError, match="n=2 only"):
+        get_verifier("spechub").acceptance([0.2, 0.3, 0.5], [0.5, 0.3, 0.2], 3)
+    with pytest.raises(ValueError, match="support of q"):
+        get_verifier("rrs_without_replacement").acceptance([0.5, 0.5, 0.0], [1.0, 0.0, 0.0], 2)
+    with pytest.raises(ValueError, match="unknown verifier 'nope'"):
+        get_verifier("nope")
+    with pytest.raises(ValueError, match="design"):
+        get_verifier("rrs", design="topk")
+    with pytest.raises(ValueError, match="top must be"):
+        get_verifier("importance", top=0)
+    with pytest.raises(ValueError, match="hub"):
+        get_verifier("spechub").verify([1, 2], [0.2, 0.3, 0.5], [0.5, 0.3, 0.2])
+    with pytest.raises(ValueError, match="top"):
+        get_verifier("topk").verify([1, 2], [0.2, 0.3, 0.5], [0.5, 0.3, 0.2])
+    opt = get_verifier("optimal")
+    big = np.full(1_000, 1e-3)
+    assert not opt.applies(big, big, 2)
+    assert opt.acceptance(big, big, 2) is None
+    with pytest.raises(ValueError, match="MAX_TUPLES"):
+        opt.simulate(big, big, 2, trials=10)
+
+
+def test_simulation_is_reproducible_and_seed_sensitive():
+    rng = np.random.default_rng(0)
+    p, q = rng.dirichlet(np.ones(8)), rng.dirichlet(np.ones(8))
+    for name in VERIFIERS:
+        v = get_verifier(name)
+        a = v.simulate(p, q, 2, trials=2_000, seed=5)
+        b = v.simulate(p, q, 2, trials=2_000, seed=5)
+        c = v.simulate(p, q, 2, trials=2_000, seed=6)
+        assert np.array_equal(a.tokens, b.tokens), name
+        assert not np.array_equal(a.tokens, c.tokens), name
+
+
+def test_registry_and_protocol():
+    from otbound.verifiers import Verifier
+
+    assert VERIFIERS == (
+        "single",
+        "rrs",
+        "rrs_without_replacement",
+        "kseq",
+        "spechub",
+        "greedy",
+        "topk",
+        "importance",
+        "gls",
+        "optimal",
+    )
+    for name in VERIFIERS:
+        v = get_verifier(name)
+        assert isinstance(v, Verifier)
+        assert v.name == name
+        assert isinstance(v.design, str) and get_design(v.design).name == v.design
+    assert get_verifier("spechub").design == "hub"
+    v = get_verifier("rrs")
+    assert get_verifier(v) is v
+
+
+def test_drafts_are_sampled_in_chunks_without_changing_their_law(monkeypatch):
+    import otbound.verifiers.base as base
+
+    monkeypatch.setattr(base, "SAMPLE_CHUNK_ENTRIES", 50)  # V = 10: five rows per chunk
+    rng = np.random.default_rng(3)
+    p, q = rng.dirichlet(np.ones(10)), rng.dirichlet(np.ones(10))
+    v = get_verifier("rrs_without_replacement")
+    sim = v.simulate(p, q, 3, trials=30_001, seed=2)
+    assert sim.drafts.shape == (30_001, 3)
+    assert np.all(np.sort(sim.drafts, axis=1)[:, 1:] != np.sort(sim.drafts, axis=1)[:, :-1])
+    assert_within_4se(sim.acceptance, v.acceptance(p, q, 3), 30_001, "chunked")
+    first = np.bincount(sim.drafts[:, 0], minlength=10) / 30_001
+    assert np.abs(first - q).max() < 4 * np.sqrt(0.25 / 30_001)
+
+
+@pytest.mark.parametrize("name", ENUMERABLE)
+def test_shared_cases_with_masses_down_to_1e_30(name, gen):
+    """The project's shared generator (tiny = 1e-30 entries, one-hot, disjoint, ...)."""
+    v = get_verifier(name)
+    for case in gen.cases(v.design, 30, seed=123, max_n=3):
+        if not v.applies(case.p, case.q, case.n):
+            continue
+        law, acc, _ = enumerate_law(name, v, case.p, case.q, case.n)
+        assert np.allclose(law, case.p, atol=1e-10), str(case)
+        assert v.acceptance(case.p, case.q, case.n) == pytest.approx(acc, abs=1e-10), str(case)
+        star = optimal_acceptance(case.p, case.q, case.n, v.design)
+        assert acc <= star + 1e-9, str(case)
