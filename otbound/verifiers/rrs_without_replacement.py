@@ -146,6 +146,28 @@ def _acceptance_enumerated(p: np.ndarray, q: np.ndarray, n: int) -> float:
 
 
 @numba.njit(cache=True)
+def _next_residual(targets, level, q, drafts, total):  # pragma: no cover - compiled
+    """``targets[level + 1] = res(targets[level], q without drafts[:level], renormalised)``.
+
+    An empty residual (the target is covered) keeps the previous target.
+    """
+    left = total
+    for j in range(level):
+        left -= q[drafts[j]]
+    norm = 0.0
+    for y in range(targets.shape[1]):
+        d = targets[level, y] - q[y] / left
+        d = d if d > 0.0 else 0.0
+        targets[level + 1, y] = d
+        norm += d
+    if norm > 0.0:
+        for y in range(targets.shape[1]):
+            targets[level + 1, y] /= norm
+    else:
+        targets[level + 1, :] = targets[level, :]
+
+
+@numba.njit(cache=True)
 def _verify_sorted(p, q, drafts, u, v):  # pragma: no cover - compiled
     """Per-trial RRS without replacement; trials sorted lexicographically by their drafts.
 
@@ -178,21 +200,7 @@ def _verify_sorted(p, q, drafts, u, v):  # pragma: no cover - compiled
         for k in range(n):
             x = drafts[t, k]
             while valid < k:  # build targets[valid + 1] = res(targets[valid], q_valid)
-                rem_j = total
-                for j in range(valid):
-                    rem_j -= q[drafts[t, j]]
-                norm = 0.0
-                for y in range(vocab):
-                    d = targets[valid, y] - q[y] / rem_j
-                    d = d if d > 0.0 else 0.0
-                    targets[valid + 1, y] = d
-                    norm += d
-                if norm > 0.0:
-                    for y in range(vocab):
-                        targets[valid + 1, y] /= norm
-                else:
-                    for y in range(vocab):
-                        targets[valid + 1, y] = targets[valid, y]
+                _next_residual(targets, valid, q, drafts[t], total)
                 valid += 1
                 cdf_valid = False
             qx = q[x] / rem
@@ -203,21 +211,7 @@ def _verify_sorted(p, q, drafts, u, v):  # pragma: no cover - compiled
             rem -= q[x]
         if token < 0:
             while valid < n:
-                rem_j = total
-                for j in range(valid):
-                    rem_j -= q[drafts[t, j]]
-                norm = 0.0
-                for y in range(vocab):
-                    d = targets[valid, y] - q[y] / rem_j
-                    d = d if d > 0.0 else 0.0
-                    targets[valid + 1, y] = d
-                    norm += d
-                if norm > 0.0:
-                    for y in range(vocab):
-                        targets[valid + 1, y] /= norm
-                else:
-                    for y in range(vocab):
-                        targets[valid + 1, y] = targets[valid, y]
+                _next_residual(targets, valid, q, drafts[t], total)
                 valid += 1
                 cdf_valid = False
             if not cdf_valid:
