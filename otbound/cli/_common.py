@@ -1,0 +1,134 @@
+"""What every otbound command line shares: one-line errors and warnings, list options, and
+output directories that are checked before any work starts."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NoReturn, TypeVar
+
+T = TypeVar("T")
+
+#: Exit status for a run that failed (bad input, a failed shard, an unwritable output).
+EXIT_FAILURE = 1
+#: Exit status for unusable command-line arguments (argparse's convention).
+EXIT_USAGE = 2
+
+
+class CommandError(Exception):
+    """A problem to report to the user as one line, with no traceback."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line: ``prog: error: message``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def _warning_printer(prog: str) -> Callable[..., None]:
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        print(f"{prog}: warning: {_one_line(message)}", file=sys.stderr)
+
+    return show
+
+
+def run_command(prog: str, work: Callable[[], int]) -> int:
+    """Run a command's body; report any expected failure as one line on stderr.
+
+    Parameters
+    ----------
+    prog : str
+        The command's name, which starts every message.
+    work : callable
+        The body; returns the exit status.
+
+    Returns
+    -------
+    int
+        ``work()``'s status, :data:`EXIT_FAILURE` for a reported error, 130 on Ctrl-C.
+    """
+    with warnings.catch_warnings():
+        warnings.showwarning = _warning_printer(prog)
+        try:
+            return work()
+        except KeyboardInterrupt:
+            print(f"{prog}: interrupted; rerun with --resume to continue", file=sys.stderr)
+            return 130
+        except (CommandError, ValueError, OSError, KeyError, ImportError) as exc:
+            text = _one_line(exc) or type(exc).__name__
+            if isinstance(exc, FileNotFoundError) and exc.filename and exc.strerror:
+                text = f"{exc.filename}: {exc.strerror}"
+            print(f"{prog}: error: {text}", file=sys.stderr)
+            return EXIT_FAILURE
+
+
+def parse_list(text: str, convert: Callable[[str], T], option: str) -> list[T]:
+    """``"2,4,8"`` as a list of converted values, with a message naming the option.
+
+    Examples
+    --------
+    >>> parse_list("2, 4,8", int, "--n")
+    [2, 4, 8]
+    """
+    items = [item.strip() for item in str(text).split(",")]
+    if not items or any(not item for item in items):
+        raise CommandError(f"{option}: expected a comma-separated list, got {text!r}")
+    values = []
+    for item in items:
+        try:
+            values.append(convert(item))
+        except (ValueError, TypeError):
+            raise CommandError(f"{option}: cannot read {item!r} in {text!r}") from None
+    return list(dict.fromkeys(values))
+
+
+def list_option(convert: Callable[[str], T], option: str) -> Callable[[str], list[T]]:
+    """An argparse ``type=`` for comma-separated lists (its errors become usage errors)."""
+
+    def parse(text: str) -> list[T]:
+        try:
+            return parse_list(text, convert, option)
+        except CommandError as exc:
+            raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
+
+    parse.__name__ = f"list of {getattr(convert, '__name__', 'values')}"
+    return parse
+
+
+def writable_directory(path: str | os.PathLike[str], option: str = "--out") -> Path:
+    """Create ``path`` if needed and prove that files can be written there.
+
+    Raises
+    ------
+    CommandError
+        ``path`` is a file, cannot be created, or is not writable.
+    """
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise CommandError(f"{option} {out}: exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        raise CommandError(f"{option} {out}: not writable ({exc.strerror or exc})") from None
+    return out
+
+
+def check_choices(values: Sequence[str], valid: Sequence[str], option: str) -> None:
+    """Raise :class:`CommandError` naming the option and the valid values for unknown ones."""
+    unknown = [v for v in values if v not in valid]
+    if unknown:
+        raise CommandError(
+            f"{option}: unknown value(s) {', '.join(unknown)}; valid: {', '.join(valid)}"
+        )
