@@ -401,6 +401,7 @@ def compare(
     seed: int = 0,
     *,
     level: float = 0.95,
+    step_ids: object = None,
 ) -> pd.DataFrame:
     r"""Acceptance of each verifier next to its design's optimum, as a tidy table.
 
@@ -429,11 +430,15 @@ def compare(
     designs : iterable of str, optional
         Designs to add ``"bound"`` rows for; default: the designs of the verifiers.
     trials : int, default 100_000
-        Monte Carlo trials for verifiers without an exact acceptance.
+        Monte Carlo trials for verifiers without an exact acceptance; ``0`` runs no Monte
+        Carlo, and such (step, n, verifier) combinations get no row.
     seed : int, default 0
         Each Monte Carlo run gets its own seed derived from ``(seed, step, n, verifier)``.
     level : float, default 0.95
         Confidence level of the Monte Carlo intervals.
+    step_ids : array_like of int, shape (steps,), optional
+        Ids for the steps (default ``0 .. steps − 1``): the ``step`` column and the Monte Carlo
+        seeds use them, so a step analysed in any batch gets the same row.
 
     Returns
     -------
@@ -454,7 +459,7 @@ def compare(
        bound greedy        0.95        0.95
     """
     ns = _as_n_list(n)
-    trials = as_trials(trials)
+    trials = 0 if isinstance(trials, numbers.Integral) and trials == 0 else as_trials(trials)
     if not (0.0 < level < 1.0):
         raise ValueError(f"level must be in (0, 1), got {level!r}")
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
@@ -467,6 +472,12 @@ def compare(
     p_arr, q_arr = as_distribution_pair(p, q)
     p2, q2, _ = broadcast_batch(p_arr, q_arr)
     steps = p2.shape[0]
+    ids = np.arange(steps, dtype=np.int64) if step_ids is None else np.asarray(step_ids)
+    if ids.shape != (steps,) or not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(
+            f"step_ids must be {steps} integers (one per step), got shape {ids.shape} of "
+            f"{ids.dtype}"
+        )
     vdesigns = [_design_name(v) for v in objs]
     if designs is None:
         bound_designs = list(dict.fromkeys(vdesigns))
@@ -491,9 +502,11 @@ def compare(
                 applies = getattr(v, "applies", None)
                 if callable(applies) and not applies(p2[step], q2[step], k):
                     continue
-                rows.append(
-                    _verifier_row(v, d, p2[step], q2[step], k, step, star, trials, seed, vi, level)
+                row = _verifier_row(
+                    v, d, p2[step], q2[step], k, int(ids[step]), star, trials, seed, vi, level
                 )
+                if row is not None:
+                    rows.append(row)
         for d in bound_designs:
             if d not in stars:
                 continue
@@ -504,7 +517,7 @@ def compare(
                     continue
                 rows.append(
                     {
-                        "step": step,
+                        "step": int(ids[step]),
                         "n": k,
                         "design": d,
                         "verifier": "bound",
@@ -526,8 +539,10 @@ def compare(
     return frame.reset_index(drop=True)
 
 
-def _verifier_row(v, design, p, q, n, step, star, trials, seed, index, level) -> dict:
+def _verifier_row(v, design, p, q, n, step, star, trials, seed, index, level) -> dict | None:
     value = v.acceptance(p, q, n)
+    if value is None and trials == 0:
+        return None
     if value is not None:
         acc = float(value)
         lo = hi = acc

@@ -15,20 +15,18 @@ Format version 1 (see :mod:`otbound.dumps` for the full description)::
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import hashlib
-import os
 import platform
 import re
-import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 
+from otbound._files import atomic_output
 from otbound.drafts import _top_tokens
 from otbound.dumps._safetensors import bf16_bits_to_float32, float32_to_bf16_bits
 
@@ -49,8 +47,6 @@ TOPK_SUM_TOLERANCE = 1e-4
 
 #: The safetensors dtype code each storage dtype is written with.
 STORAGE_CODE = {"float16": "F16", "bfloat16": "U16", "float32": "F32", "float64": "F64"}
-
-_TMP_RE = re.compile(r"^\..+\.tmp-[0-9]+-[0-9a-f]{8}$")
 
 
 class DumpError(ValueError):
@@ -377,25 +373,8 @@ class _HashingWriter:
         return self._f.write(data)
 
 
-def fsync_directory(directory: Path) -> None:
-    """Make a rename inside ``directory`` durable (a no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def atomic_write(path: Path, write: Callable[[Any], None]) -> tuple[str, int]:
-    """Write a file through a temporary name in the same directory, fsync, then rename it.
-
-    Readers see either the old file or the complete new one; if ``write`` raises, the
-    temporary file is removed and ``path`` is untouched.
+    """Write a file atomically (:func:`otbound._files.atomic_output`) through a hashing sink.
 
     Parameters
     ----------
@@ -408,25 +387,10 @@ def atomic_write(path: Path, write: Callable[[Any], None]) -> tuple[str, int]:
     (str, int)
         The sha256 (hex) and the size of what was written.
     """
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
-    try:
-        with open(tmp, "xb") as raw:
-            sink = _HashingWriter(raw)
-            write(sink)
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    fsync_directory(path.parent)
+    with atomic_output(path) as tmp, open(tmp, "xb") as raw:
+        sink = _HashingWriter(raw)
+        write(sink)
     return sink.sha.hexdigest(), sink.size
-
-
-def temporaries(directory: Path) -> Iterable[Path]:
-    """Leftover temporary files of :func:`atomic_write` (from a crashed writer)."""
-    return (p for p in directory.iterdir() if _TMP_RE.match(p.name))
 
 
 def file_sha256(path: Path, chunk: int = 1 << 22) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from otbound._files import temporaries
 from otbound.dumps._format import (
     DTYPES,
     FORMAT_NAME,
@@ -28,7 +29,6 @@ from otbound.dumps._format import (
     atomic_write,
     creation_info,
     parse_storage,
-    temporaries,
     validate_manifest,
 )
 from otbound.dumps._safetensors import write_safetensors
