@@ -294,6 +294,46 @@ def test_sample_shapes_dtype_and_seeding(design, size):
         assert tuple(row) in want
 
 
+@pytest.mark.parametrize(
+    "q",
+    [
+        [0.7, 0.1, 0.1, 0.05, 0.05],  # rows past the shift limit after one draw
+        [1 - 3e-9, 1e-9, 0.0, 1e-9, 1e-9],  # one token holds nearly all the mass
+        [0.05, 0.15, 0.2, 0.0, 0.25, 0.35],
+    ],
+)
+def test_without_replacement_sampler_both_paths_match_oracle(q):
+    q = np.array(q)
+    n, size = 3, 200_000
+    draws = get_design("without_replacement").sample(q, n, size, np.random.default_rng(11))
+    assert np.all(np.sort(draws, axis=1)[:, 1:] != np.sort(draws, axis=1)[:, :-1])
+    assert np.all(q[draws] > 0)
+    want = oracles.tuple_probs("without_replacement", q, n)
+    keys, counts = np.unique(draws, axis=0, return_counts=True)
+    observed = {tuple(int(x) for x in k): int(c) for k, c in zip(keys, counts, strict=True)}
+    assert set(observed) <= set(want)
+    support = [t for t in sorted(want) if want[t] * size >= 5]
+    obs = np.array([observed.get(t, 0) for t in support], dtype=float)
+    exp = np.array([want[t] for t in support]) * size
+    result = stats.chisquare(obs, exp * (obs.sum() / exp.sum()))
+    assert result.pvalue > 1e-3, f"chi-square p = {result.pvalue:.3g}"
+
+
+def test_without_replacement_sampler_large_vocabulary_distinct_and_in_support():
+    rng = np.random.default_rng(3)
+    q = rng.dirichlet(np.full(5_000, 0.05))
+    q[rng.choice(5_000, 2_000, replace=False)] = 0.0
+    q /= q.sum()
+    draws = get_design("without_replacement").sample(q, 8, 20_000, rng)
+    s = np.sort(draws, axis=1)
+    assert np.all(s[:, 1:] != s[:, :-1])
+    assert np.all(q[draws] > 0)
+    # the first draft is a plain draw from q: its top token's frequency
+    top = int(np.argmax(q))
+    freq = np.mean(draws[:, 0] == top)
+    assert abs(freq - q[top]) < 5 * math.sqrt(q[top] * (1 - q[top]) / 20_000)
+
+
 def test_without_replacement_sampler_is_not_conditional_poisson():
     """The two distinct-draft designs differ: the sequential sampler must not draw conditional
     Poisson sets (Q({0,1}) = .5143 vs .4839 for q = (.5, .3, .2))."""

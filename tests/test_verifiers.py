@@ -703,6 +703,8 @@ def test_importance_large_vocabulary_is_exact_at_two_drafts_only():
     sim = v.simulate(p, q, 2, trials=50_000, seed=0)
     assert_within_4se(sim.acceptance, a2, 50_000, "V=2000")
     assert v.acceptance(p, q, 3) is None
+    # V^n beyond int64 (2000^8): the size guard must not overflow into an enumeration
+    assert v.acceptance(p, q, 8) is None
 
 
 # -- single with n > 1 --------------------------------------------------------------------------

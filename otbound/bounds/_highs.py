@@ -15,6 +15,10 @@ is ever returned.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import highspy
@@ -25,6 +29,39 @@ import scipy.sparse as sp
 #: each bound by up to 1e-7, which over thousands of rows moves the optimum by 1e-6 (seen on the
 #: compact SpecHub LP at V = 5,000); 1e-10 is the smallest value HiGHS accepts.
 FEASIBILITY_TOLERANCE = 1e-10
+
+
+_banner_shown = False
+
+
+@contextlib.contextmanager
+def _stdout_silenced() -> Iterator[None]:
+    """Point file descriptor 1 at ``/dev/null`` (HiGHS prints its banner from C++)."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), 1)
+            yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _new_highs() -> highspy.Highs:
+    """A ``Highs`` instance; the first one's copyright banner (printed by HiGHS's C++ on
+    construction, whatever ``output_flag`` says) is kept off the user's terminal."""
+    global _banner_shown
+    if _banner_shown:
+        return highspy.Highs()
+    with _stdout_silenced():
+        highs = highspy.Highs()
+    _banner_shown = True
+    return highs
 
 
 class LPError(RuntimeError):
@@ -124,7 +161,7 @@ def solve_lp(
     lp.a_matrix_.index_ = csc.indices.astype(np.int32)
     lp.a_matrix_.value_ = csc.data.astype(np.float64)
 
-    highs = highspy.Highs()
+    highs = _new_highs()
     highs.setOptionValue("output_flag", False)
     highs.setOptionValue("presolve", "off")
     highs.setOptionValue("solver", "simplex")

@@ -44,6 +44,7 @@ from otbound.dumps._format import (
 )
 from otbound.dumps._processing import (
     StepDistributions,
+    describe_steps,
     find_bad_steps,
     prepare_distributions,
     to_probabilities,
@@ -74,6 +75,7 @@ __all__ = [
     "StepDistributions",
     "TopKRows",
     "acceptance_interval",
+    "describe_steps",
     "find_bad_steps",
     "find_bad_topk_steps",
     "open_dump",

@@ -43,6 +43,7 @@ models: the ``per_slot`` design (``q`` of shape ``(n, V)``) is supported.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -239,7 +240,7 @@ class ImportanceSampling(BaseVerifier):
         if n == 2:
             slots = self._slots(q, n)
             return selected + _coincidence_two(stages[0], slots[0], slots[1], accept, rest)
-        tuples_count = float(np.prod([np.count_nonzero(s > 0) for s in self._slots(q, n)]))
+        tuples_count = math.prod(float(np.count_nonzero(s > 0)) for s in self._slots(q, n))
         if tuples_count > MAX_TUPLES:
             return None
         tuples, probs = self._spec.tuple_support(q, n)

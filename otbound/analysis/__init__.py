@@ -1,0 +1,62 @@
+"""Bounds and verifiers on a whole dump: per-step tables, summaries, resumable parallel runs.
+
+The stage behind ``scripts/compute_bounds.py``::
+
+    dump (otbound.dumps) -> analyse_shard (per shard: compare on p, q per temperature)
+                         -> run_analysis (processes or dask; resume; atomic files)
+                         -> summarise / gap_histogram -> otbound.plots
+
+Examples
+--------
+>>> import numpy as np, tempfile, otbound as ob
+>>> from otbound.analysis import AnalysisConfig, run_analysis
+>>> rng = np.random.default_rng(0)
+>>> with tempfile.TemporaryDirectory() as tmp:
+...     np.savez(tmp + "/run.npz", target_logits=rng.normal(size=(8, 50)),
+...              draft_logits=rng.normal(size=(8, 50)))
+...     config = AnalysisConfig(n=(2,), designs=("iid",), verifiers=("rrs",))
+...     result = run_analysis(ob.open_dump(tmp + "/run.npz"), config, tmp + "/out",
+...                           progress=False, figures=False)
+...     result.summary[["verifier", "steps"]].to_dict("records")
+[{'verifier': 'bound', 'steps': 8}, {'verifier': 'rrs', 'steps': 8}]
+"""
+
+from otbound.analysis._config import (
+    DEFAULT_DESIGNS,
+    DEFAULT_N,
+    DUMP_DESIGNS,
+    OPT_IN_VERIFIERS,
+    AnalysisConfig,
+    verifiers_for,
+)
+from otbound.analysis._runner import (
+    HISTOGRAM_FILE,
+    RUN_FILE,
+    STEPS_FILE,
+    SUMMARY_FILE,
+    RunResult,
+    run_analysis,
+)
+from otbound.analysis._shard import STEP_COLUMNS, ShardOutcome, analyse_shard
+from otbound.analysis._summary import SUMMARY_COLUMNS, gap_histogram, summarise
+
+__all__ = [
+    "DEFAULT_DESIGNS",
+    "DEFAULT_N",
+    "DUMP_DESIGNS",
+    "HISTOGRAM_FILE",
+    "OPT_IN_VERIFIERS",
+    "RUN_FILE",
+    "STEPS_FILE",
+    "STEP_COLUMNS",
+    "SUMMARY_COLUMNS",
+    "SUMMARY_FILE",
+    "AnalysisConfig",
+    "RunResult",
+    "ShardOutcome",
+    "analyse_shard",
+    "gap_histogram",
+    "run_analysis",
+    "summarise",
+    "verifiers_for",
+]

@@ -1,0 +1,425 @@
+"""Running the analysis over a dump's shards: in this process, in local processes, or on a
+dask.distributed cluster; resumable; every output written atomically."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import hashlib
+import json
+import multiprocessing
+import os
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm.auto import tqdm
+
+from otbound._files import atomic_output
+from otbound.analysis._config import AnalysisConfig
+from otbound.analysis._shard import ShardOutcome, analyse_shard
+from otbound.analysis._summary import (
+    cluster_sums,
+    fold_cluster_sums,
+    gap_histogram,
+    merge_histograms,
+    summarise_clusters,
+)
+from otbound.dumps import Dump
+
+#: Files a completed run leaves in its output directory (figures come beside them).
+RUN_FILE = "run.json"
+STEPS_FILE = "steps.parquet"
+SUMMARY_FILE = "summary.csv"
+SUMMARY_PARQUET = "summary.parquet"
+HISTOGRAM_FILE = "gap_histogram.csv"
+#: Per-shard results, kept so that ``resume`` can skip finished shards.
+SHARD_DIR = "shards"
+
+_FINAL_FILES = (STEPS_FILE, SUMMARY_FILE, SUMMARY_PARQUET, HISTOGRAM_FILE)
+
+#: Shard results kept in memory as per-prompt sums before they are folded together.
+_FOLD_EVERY = 16
+
+
+@dataclass
+class RunResult:
+    """What :func:`run_analysis` did.
+
+    Attributes
+    ----------
+    out : pathlib.Path
+        The output directory.
+    steps : int
+        Steps in the dump.
+    skipped : numpy.ndarray of int64
+        Global ids of bad steps dropped (``skip_bad_steps``).
+    failures : dict of str to str
+        Shards that could not be analysed, with the reason; empty when all succeeded.
+    resumed : int
+        Shards whose results were taken from an earlier run (``resume=True``).
+    summary : pandas.DataFrame or None
+        The summary table (None when a shard failed: no final output is written then).
+    files : list of pathlib.Path
+        The final files written (tables and figures).
+    """
+
+    out: Path
+    steps: int
+    skipped: np.ndarray
+    failures: dict[str, str]
+    resumed: int = 0
+    summary: pd.DataFrame | None = None
+    files: list[Path] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Whether every shard was analysed and the outputs written."""
+        return not self.failures
+
+
+def dump_fingerprint(dump: Dump) -> str:
+    """A hash of what the dump holds (its manifest; a single file's size and time too)."""
+    parts: dict[str, Any] = {"source": dump.source, "manifest": dump.manifest}
+    if dump.path.is_file():
+        stat = dump.path.stat()
+        parts["file"] = [stat.st_size, stat.st_mtime_ns]
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _write_json(path: Path, record: dict[str, Any]) -> None:
+    with atomic_output(path) as tmp:
+        tmp.write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
+
+
+class _ShardStore:
+    """``OUT/shards``: one Parquet table per finished shard, then a JSON marker naming the run
+    it belongs to (written last, so a marker means a complete table)."""
+
+    def __init__(self, out: Path, run_key: str) -> None:
+        self.directory = out / SHARD_DIR
+        self.run_key = run_key
+
+    def _paths(self, shard_id: str) -> tuple[Path, Path]:
+        return self.directory / f"{shard_id}.parquet", self.directory / f"{shard_id}.json"
+
+    def clear(self) -> None:
+        if self.directory.is_dir():
+            for path in self.directory.iterdir():
+                if path.suffix in (".parquet", ".json"):
+                    path.unlink()
+
+    def marker(self, shard_id: str) -> dict[str, Any] | None:
+        """The finished shard's record, or None if it is not finished for this run."""
+        table, marker = self._paths(shard_id)
+        try:
+            record = json.loads(marker.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if record.get("run_key") != self.run_key or not table.is_file():
+            return None
+        return record
+
+    def save(self, outcome: ShardOutcome) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        table, marker = self._paths(outcome.shard_id)
+        with atomic_output(table) as tmp:
+            outcome.rows.to_parquet(tmp, index=False)
+        _write_json(
+            marker,
+            {
+                "shard": outcome.shard_id,
+                "run_key": self.run_key,
+                "steps": outcome.steps,
+                "skipped": outcome.skipped.tolist(),
+            },
+        )
+
+    def rows(self, shard_id: str) -> pd.DataFrame:
+        return pd.read_parquet(self._paths(shard_id)[0])
+
+
+def _single_threaded() -> None:
+    """Worker start-up: one numba thread per process (the processes share the cores)."""
+    with contextlib.suppress(ImportError, ValueError):
+        import numba
+
+        numba.set_num_threads(1)
+
+
+def _in_process(
+    dump: Dump, pending: list[int], config: AnalysisConfig, bar: tqdm
+) -> Iterator[tuple[int, ShardOutcome | Exception]]:
+    for index in pending:
+        try:
+            yield index, analyse_shard(dump, index, config, bar.update)
+        except Exception as exc:  # a failed shard is reported; the others go on
+            yield index, exc
+
+
+def _in_processes(
+    dump: Dump, pending: list[int], config: AnalysisConfig, jobs: int
+) -> Iterator[tuple[int, ShardOutcome | Exception]]:
+    context = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=_single_threaded)
+    try:
+        futures = {pool.submit(analyse_shard, dump, i, config): i for i in pending}
+        for future in as_completed(futures):
+            exc = future.exception()
+            yield futures[future], exc if isinstance(exc, Exception) else future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _on_dask(
+    dump: Dump, pending: list[int], config: AnalysisConfig, address: str
+) -> Iterator[tuple[int, ShardOutcome | Exception]]:
+    try:
+        from distributed import Client
+        from distributed import as_completed as dask_completed
+    except ImportError:
+        raise ImportError(
+            "running on a dask cluster needs dask.distributed: pip install 'otbound[dask]'"
+        ) from None
+    try:
+        client = Client(address, set_as_default=False, timeout="20s")
+    except OSError as exc:
+        raise OSError(f"cannot reach the dask scheduler at {address}: {exc}") from None
+    run = uuid.uuid4().hex[:8]
+    try:
+        futures = {
+            client.submit(analyse_shard, dump, i, config, key=f"otbound-{run}-shard-{i}"): i
+            for i in pending
+        }
+        for future in dask_completed(list(futures), loop=client.loop):
+            index = futures[future]
+            try:
+                yield index, future.result()
+            except Exception as exc:
+                yield index, exc
+    finally:
+        client.close()
+
+
+def _describe(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    name = type(exc).__name__
+    return text if isinstance(exc, ValueError | OSError) and text else f"{name}: {text}"
+
+
+def _assemble(
+    store: _ShardStore, dump: Dump, out: Path, level: float
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Stream the shard tables into ``steps.parquet``; the summary and the gap histogram."""
+    sums: list[pd.DataFrame] = []
+    histograms: list[pd.DataFrame] = []
+    with atomic_output(out / STEPS_FILE) as tmp:
+        writer: pq.ParquetWriter | None = None
+        try:
+            for info in dump.shards:
+                rows = store.rows(info.id)
+                table = pa.Table.from_pandas(rows, preserve_index=False)
+                if writer is None:
+                    writer = pq.ParquetWriter(tmp, table.schema)
+                writer.write_table(table)
+                sums.append(cluster_sums(rows))
+                histograms.append(gap_histogram(rows))
+                if len(sums) >= _FOLD_EVERY:
+                    sums = [fold_cluster_sums(sums)]
+        finally:
+            if writer is not None:
+                writer.close()
+        if writer is None:
+            pd.DataFrame().to_parquet(tmp)
+    summary = summarise_clusters(fold_cluster_sums(sums), level)
+    return summary, merge_histograms(histograms)
+
+
+def run_analysis(
+    dump: Dump,
+    config: AnalysisConfig,
+    out: str | os.PathLike[str],
+    *,
+    jobs: int = 1,
+    dask: str | None = None,
+    resume: bool = False,
+    progress: bool = True,
+    level: float = 0.95,
+    figures: bool = True,
+    on_shard_done: Callable[[str], None] | None = None,
+) -> RunResult:
+    """Analyse every shard of a dump and write the tables and figures to ``out``.
+
+    Shards are independent: each is analysed by :func:`analyse_shard` in this process
+    (``jobs=1``), in ``jobs`` local processes, or on a dask.distributed cluster (``dask`` is
+    the scheduler's address; the workers must be able to read the dump at the same path).
+    Each finished shard's table is saved at once under ``out/shards``; with ``resume=True``
+    the shards finished by an earlier run with the same dump and settings are not redone.
+
+    When every shard succeeded, ``out`` gets ``steps.parquet`` (one row per step ×
+    temperature × n × design × verifier), ``summary.csv`` and ``summary.parquet``
+    (:func:`otbound.analysis.summarise`), ``gap_histogram.csv`` and the figures of
+    :func:`otbound.plots.save_run_figures`; ``run.json`` records the settings and what was
+    done. When a shard fails (corrupt, truncated, bad steps), the others are still analysed
+    and saved, no final file is written, and the failures are returned: fix the dump and run
+    again with ``resume=True``. Every file is written to a temporary name and renamed.
+
+    Parameters
+    ----------
+    dump : Dump
+        From :func:`otbound.open_dump`.
+    config : AnalysisConfig
+    out : path
+        Output directory (created if missing).
+    jobs : int, default 1
+        Local worker processes.
+    dask : str, optional
+        Address of a dask.distributed scheduler (``tcp://host:port``) to run the shards on.
+    resume : bool, default False
+        Keep the shard results of an earlier run into ``out``; refused if its dump or
+        settings differ.
+    progress : bool, default True
+        Show a tqdm progress bar over the steps (on stderr).
+    level : float, default 0.95
+        Confidence level of the summary's intervals.
+    figures : bool, default True
+        Write the PNG figures.
+    on_shard_done : callable, optional
+        Called with each shard's id once its table is saved.
+
+    Returns
+    -------
+    RunResult
+    """
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be an integer >= 1, got {jobs!r}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    record: dict[str, Any] = {
+        "otbound": _version(),
+        "dump": str(dump.path.resolve()),
+        "dump_fingerprint": dump_fingerprint(dump),
+        "config": config.to_dict(),
+    }
+    run_key = hashlib.sha256(
+        json.dumps([record["dump_fingerprint"], record["config"]], sort_keys=True).encode()
+    ).hexdigest()[:16]
+    store = _ShardStore(out, run_key)
+    if resume:
+        _check_resumable(out / RUN_FILE, record)
+    else:
+        store.clear()
+        for name in (*_FINAL_FILES, RUN_FILE):
+            with contextlib.suppress(FileNotFoundError):
+                (out / name).unlink()
+    _write_json(out / RUN_FILE, {**record, "run_key": run_key, "complete": False})
+
+    done = {info.id: store.marker(info.id) for info in dump.shards}
+    pending = [info.index for info in dump.shards if done[info.id] is None]
+    skipped = [np.asarray(r["skipped"], dtype=np.int64) for r in done.values() if r]
+    failures: dict[str, str] = {}
+    finished_steps = sum(r["steps"] for r in done.values() if r)
+    bar = tqdm(
+        total=dump.num_steps,
+        initial=finished_steps,
+        unit="step",
+        desc="bounds",
+        disable=not progress,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
+    with bar:
+        if dask is not None:
+            outcomes = _on_dask(dump, pending, config, dask)
+        elif jobs > 1 and len(pending) > 1:
+            outcomes = _in_processes(dump, pending, config, jobs)
+        else:
+            outcomes = _in_process(dump, pending, config, bar)
+        for index, outcome in outcomes:
+            info = dump.shards[index]
+            if isinstance(outcome, Exception):
+                failures[info.id] = _describe(outcome)
+                continue
+            store.save(outcome)
+            skipped.append(outcome.skipped)
+            if dask is not None or jobs > 1:
+                bar.update(outcome.steps)
+            if on_shard_done is not None:
+                on_shard_done(info.id)
+    result = RunResult(
+        out=out,
+        steps=dump.num_steps,
+        skipped=np.sort(np.concatenate(skipped)) if skipped else np.zeros(0, dtype=np.int64),
+        failures=dict(sorted(failures.items())),
+        resumed=len(dump.shards) - len(pending),
+    )
+    if failures:
+        _write_json(
+            out / RUN_FILE,
+            {**record, "run_key": run_key, "complete": False, "failures": result.failures},
+        )
+        return result
+    summary, histogram = _assemble(store, dump, out, level)
+    with atomic_output(out / SUMMARY_FILE) as tmp:
+        summary.to_csv(tmp, index=False)
+    with atomic_output(out / SUMMARY_PARQUET) as tmp:
+        summary.to_parquet(tmp, index=False)
+    with atomic_output(out / HISTOGRAM_FILE) as tmp:
+        histogram.to_csv(tmp, index=False)
+    result.files = [out / name for name in _FINAL_FILES]
+    if figures:
+        from otbound.plots import save_run_figures
+
+        result.files += save_run_figures(summary, histogram, out)
+    result.summary = summary
+    _write_json(
+        out / RUN_FILE,
+        {
+            **record,
+            "run_key": run_key,
+            "complete": True,
+            "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "steps": result.steps,
+            "skipped_steps": result.skipped.tolist(),
+            "files": [p.name for p in result.files],
+        },
+    )
+    return result
+
+
+def _version() -> str:
+    from otbound import __version__
+
+    return __version__
+
+
+def _check_resumable(run_file: Path, record: dict[str, Any]) -> None:
+    """Refuse to resume into a directory whose run used another dump or other settings."""
+    try:
+        earlier = json.loads(run_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot resume: {run_file} is unreadable ({exc})") from None
+    if earlier.get("dump_fingerprint") != record["dump_fingerprint"]:
+        raise ValueError(
+            f"cannot resume: {run_file.parent} holds a run on another dump "
+            f"({earlier.get('dump')}); choose another output directory or drop the resume "
+            "option"
+        )
+    before, now = earlier.get("config", {}), record["config"]
+    changed = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
+    if changed:
+        details = "; ".join(f"{k}: {before.get(k)!r} then, {now.get(k)!r} now" for k in changed)
+        raise ValueError(
+            f"cannot resume: the settings differ from the run in {run_file.parent} ({details})"
+        )

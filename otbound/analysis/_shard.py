@@ -1,0 +1,222 @@
+"""One shard of a dump -> tidy rows: ``α*`` and every verifier's acceptance, per step."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from otbound.analysis._config import AnalysisConfig
+from otbound.dumps import Dump, ShardData, acceptance_interval, prepare_distributions
+from otbound.evaluate import compare
+
+#: Columns of the per-step table, in order.
+STEP_COLUMNS: tuple[str, ...] = (
+    "step",
+    "prompt_id",
+    "position",
+    "token",
+    "temperature",
+    "n",
+    "design",
+    "verifier",
+    "acceptance",
+    "ci_low",
+    "ci_high",
+    "exact",
+    "alpha_star",
+    "alpha_star_lower",
+    "alpha_star_upper",
+    "gap",
+    "ratio",
+    "trials",
+)
+
+_DTYPES = {
+    "step": "int64",
+    "prompt_id": "Int64",
+    "position": "Int64",
+    "token": "Int64",
+    "temperature": "float64",
+    "n": "int64",
+    "design": "string",
+    "verifier": "string",
+    "acceptance": "float64",
+    "ci_low": "float64",
+    "ci_high": "float64",
+    "exact": "bool",
+    "alpha_star": "float64",
+    "alpha_star_lower": "float64",
+    "alpha_star_upper": "float64",
+    "gap": "float64",
+    "ratio": "float64",
+    "trials": "int64",
+}
+
+
+@dataclass(frozen=True)
+class ShardOutcome:
+    """What :func:`analyse_shard` found in one shard.
+
+    Attributes
+    ----------
+    shard_id : str
+    steps : int
+        Steps in the shard.
+    rows : pandas.DataFrame
+        The per-step table (columns :data:`STEP_COLUMNS`).
+    skipped : numpy.ndarray of int64
+        Global ids of the bad steps dropped (``skip_bad_steps``).
+    """
+
+    shard_id: str
+    steps: int
+    rows: pd.DataFrame
+    skipped: np.ndarray
+
+
+def empty_steps() -> pd.DataFrame:
+    """An empty per-step table with the right columns and dtypes."""
+    return pd.DataFrame({c: pd.Series(dtype=_DTYPES[c]) for c in STEP_COLUMNS})
+
+
+def _full_rows(
+    data: ShardData, rows: slice, temperature: float, config: AnalysisConfig
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """Exact ``α*`` and verifier rows for full-vocabulary rows."""
+    dist = prepare_distributions(
+        data.target[rows],
+        data.draft[rows],
+        temperature=temperature,
+        top_k=config.top_k,
+        top_p=config.top_p,
+        values=data.values,
+        step_ids=data.step[rows],
+        skip_bad_steps=config.skip_bad_steps,
+        truncate_vocab=config.truncate_vocab,
+    )
+    if dist.step.size == 0:
+        return empty_steps(), dist.skipped
+    frame = compare(
+        dist.target,
+        dist.draft,
+        n=config.n,
+        verifiers=config.verifier_names,
+        designs=config.designs,
+        trials=config.mc_trials,
+        seed=config.seed,
+        step_ids=dist.step,
+    )
+    frame["alpha_star_lower"] = frame["alpha_star"]
+    frame["alpha_star_upper"] = frame["alpha_star"]
+    return frame, dist.skipped
+
+
+def _interval_rows(
+    data: ShardData, rows: slice, temperature: float, config: AnalysisConfig
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """``"bound"`` rows holding the certified interval of ``α*`` for top-k rows."""
+    index = np.arange(data.num_steps)[rows]
+    frames, skipped = [], np.zeros(0, dtype=np.int64)
+    for n in config.n:
+        for design in config.designs:
+            iv = acceptance_interval(
+                data.target.take(index),  # type: ignore[union-attr]
+                data.draft.take(index),  # type: ignore[union-attr]
+                n,
+                design,
+                temperature=temperature,
+                top_k=config.top_k,
+                top_p=config.top_p,
+                step_ids=data.step[rows],
+                skip_bad_steps=config.skip_bad_steps,
+            )
+            skipped = iv.skipped
+            point = np.where(iv.exact, iv.lower, np.nan)
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "step": iv.step,
+                        "n": n,
+                        "design": design,
+                        "verifier": "bound",
+                        "acceptance": point,
+                        "ci_low": iv.lower,
+                        "ci_high": iv.upper,
+                        "exact": iv.exact,
+                        "alpha_star": point,
+                        "alpha_star_lower": iv.lower,
+                        "alpha_star_upper": iv.upper,
+                        "gap": np.where(iv.exact, 0.0, np.nan),
+                        "ratio": np.where(iv.exact & (point > 0), 1.0, np.nan),
+                        "trials": 0,
+                    }
+                )
+            )
+    return pd.concat(frames, ignore_index=True), skipped
+
+
+def analyse_shard(
+    dump: Dump,
+    shard: int,
+    config: AnalysisConfig,
+    progress: Callable[[int], None] | None = None,
+) -> ShardOutcome:
+    """``α*`` of each design and each verifier's acceptance at every step of one shard.
+
+    The shard is read once and processed ``config.chunk_steps`` steps at a time (memory
+    stays at a few ``chunk_steps × V`` arrays; own-format and ``.npy``/``.safetensors``
+    shards are memory maps). For each temperature, ``p`` and ``q`` are processed identically
+    (:func:`otbound.dumps.prepare_distributions`) and passed to :func:`otbound.compare`.
+    Top-k (truncated) rows give ``"bound"`` rows only, with the certified interval
+    ``[alpha_star_lower, alpha_star_upper]`` of the full-vocabulary ``α*``
+    (:func:`otbound.dumps.acceptance_interval`); ``alpha_star`` is NaN where it is not a point.
+
+    Parameters
+    ----------
+    dump : Dump
+    shard : int
+        Position of the shard in ``dump.shards``.
+    config : AnalysisConfig
+    progress : callable, optional
+        Called with the number of steps finished after each chunk.
+
+    Returns
+    -------
+    ShardOutcome
+
+    Raises
+    ------
+    DumpError
+        The shard is corrupt or truncated, or holds bad steps without ``skip_bad_steps``.
+    """
+    data = dump.read_shard(shard)
+    rows_of = _interval_rows if data.is_topk else _full_rows
+    frames, skipped = [], []
+    with warnings.catch_warnings():
+        # the vocabulary cut is announced once per run, not once per chunk
+        warnings.filterwarnings("ignore", message="target and draft vocabularies differ")
+        for start in range(0, data.num_steps, config.chunk_steps):
+            rows = slice(start, min(start + config.chunk_steps, data.num_steps))
+            for i, temperature in enumerate(config.temperatures):
+                frame, bad = rows_of(data, rows, temperature, config)
+                frame["temperature"] = temperature
+                frames.append(frame)
+                if i == 0:
+                    skipped.append(bad)
+            if progress is not None:
+                progress(rows.stop - rows.start)
+    table = pd.concat([empty_steps(), *frames], ignore_index=True) if frames else empty_steps()
+    meta = data.metadata.set_index("step")
+    for column in ("prompt_id", "position", "token"):
+        table[column] = table["step"].map(meta[column]) if column in meta else pd.NA
+    table = table[list(STEP_COLUMNS)].astype(_DTYPES)
+    return ShardOutcome(
+        shard_id=data.shard.id,
+        steps=data.num_steps,
+        rows=table,
+        skipped=np.concatenate(skipped) if skipped else np.zeros(0, dtype=np.int64),
+    )

@@ -1,0 +1,184 @@
+r"""Summaries of the per-step table: means with cluster-robust intervals, gap histograms.
+
+Both are built incrementally (:class:`SummaryBuilder`, one shard at a time), so a run's
+memory does not grow with the number of steps beyond one row per (group, prompt).
+
+**The interval.** Steps of one prompt are correlated (they share a context), so they are not
+independent draws. The mean over steps of a group is a ratio estimator
+``m = Σ_c T_c / Σ_c M_c`` over prompts ``c`` (``T_c`` the sum of the values of prompt ``c``,
+``M_c`` its number of steps), and its cluster-robust standard error is
+
+.. math::  \mathrm{se}(m)^2 = \frac{C}{C-1} \frac{\sum_c (T_c - m M_c)^2}{(\sum_c M_c)^2}
+
+with ``C`` prompts; the interval is ``m ± t_{C−1, 0.975} se`` (Student's t). Steps without a
+prompt id count as prompts of their own. With one prompt the interval is undefined (NaN).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+#: Columns that identify a summary group.
+GROUP: tuple[str, ...] = ("temperature", "n", "design", "verifier")
+
+#: Per-step values whose means get intervals.
+MEAN_VALUES: tuple[str, ...] = ("acceptance", "alpha_star", "gap")
+
+#: Per-step values averaged without intervals (ends of the certified ``α*`` interval).
+PLAIN_VALUES: tuple[str, ...] = ("alpha_star_lower", "alpha_star_upper")
+
+#: Edges of the gap histogram: 0.005 wide from −0.1 to 1 (values outside go to the end bins).
+GAP_EDGES: np.ndarray = np.round(np.linspace(-0.1, 1.0, 221), 10)
+
+SUMMARY_COLUMNS: tuple[str, ...] = (
+    *GROUP,
+    "steps",
+    "prompts",
+    "exact_fraction",
+    "acceptance",
+    "acceptance_ci_low",
+    "acceptance_ci_high",
+    "alpha_star",
+    "alpha_star_ci_low",
+    "alpha_star_ci_high",
+    "gap",
+    "gap_ci_low",
+    "gap_ci_high",
+    "ratio",
+    "alpha_star_lower",
+    "alpha_star_upper",
+)
+
+
+def _clusters(rows: pd.DataFrame) -> pd.Series:
+    """Prompt ids, or ``−1 − step`` (a cluster of its own) where the prompt is unknown."""
+    prompt = rows["prompt_id"].astype("Float64")
+    return prompt.fillna(-1.0 - rows["step"].astype("float64")).astype("float64")
+
+
+def cluster_sums(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per (group, prompt): counts and sums of each value (NaN values not counted)."""
+    values = list(MEAN_VALUES + PLAIN_VALUES)
+    frame = rows[list(GROUP)].copy()
+    frame["cluster"] = _clusters(rows).to_numpy()
+    frame["steps"] = 1
+    frame["exact"] = rows["exact"].astype("int64").to_numpy()
+    for v in values:
+        x = rows[v].astype("float64").to_numpy()
+        ok = ~np.isnan(x)
+        frame[f"{v}_count"] = ok.astype(np.int64)
+        frame[f"{v}_sum"] = np.where(ok, x, 0.0)
+    return frame.groupby([*GROUP, "cluster"], sort=False, observed=True).sum().reset_index()
+
+
+def fold_cluster_sums(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """Add up :func:`cluster_sums` tables (of shards) into one row per (group, prompt)."""
+    parts = [p for p in parts if not p.empty]
+    if not parts:
+        return pd.DataFrame()
+    frame = pd.concat(parts, ignore_index=True)
+    return frame.groupby([*GROUP, "cluster"], sort=False, observed=True).sum().reset_index()
+
+
+def _mean_and_interval(
+    totals: np.ndarray, counts: np.ndarray, level: float
+) -> tuple[float, float, float]:
+    """The ratio-estimator mean of per-cluster totals and its cluster-robust interval."""
+    keep = counts > 0
+    totals, counts = totals[keep], counts[keep]
+    c = totals.size
+    if c == 0:
+        return np.nan, np.nan, np.nan
+    mean = totals.sum() / counts.sum()
+    if c < 2:
+        return mean, np.nan, np.nan
+    resid = totals - mean * counts
+    se = np.sqrt(c / (c - 1) * np.sum(resid**2)) / counts.sum()
+    half = stats.t.ppf(0.5 + level / 2, c - 1) * se
+    return mean, mean - half, mean + half
+
+
+def summarise_clusters(sums: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
+    """The summary table from :func:`cluster_sums` output (possibly concatenated over shards).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (temperature, n, design, verifier), columns :data:`SUMMARY_COLUMNS`:
+        ``steps``, ``prompts``, ``exact_fraction`` (steps whose value is exact, not Monte
+        Carlo or an interval), the means of ``acceptance``, ``alpha_star`` and ``gap`` with
+        their intervals at ``level``, ``ratio`` (mean acceptance / mean ``α*``), and the means
+        of the certified interval's ends ``alpha_star_lower``/``alpha_star_upper``.
+    """
+    sums = fold_cluster_sums([sums])
+    if sums.empty:
+        return pd.DataFrame(columns=list(SUMMARY_COLUMNS))
+    records = []
+    for key, part in sums.groupby(list(GROUP), sort=True, observed=True):
+        record = dict(zip(GROUP, key, strict=True))
+        steps = int(part["steps"].sum())
+        record.update(steps=steps, prompts=len(part), exact_fraction=part["exact"].sum() / steps)
+        for v in MEAN_VALUES:
+            mean, lo, hi = _mean_and_interval(
+                part[f"{v}_sum"].to_numpy(), part[f"{v}_count"].to_numpy(), level
+            )
+            record.update({v: mean, f"{v}_ci_low": lo, f"{v}_ci_high": hi})
+        for v in PLAIN_VALUES:
+            count = part[f"{v}_count"].sum()
+            record[v] = part[f"{v}_sum"].sum() / count if count else np.nan
+        star = record["alpha_star"]
+        record["ratio"] = record["acceptance"] / star if star > 0 else np.nan
+        records.append(record)
+    return pd.DataFrame(records, columns=list(SUMMARY_COLUMNS))
+
+
+def summarise(rows: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
+    """Means with cluster-robust intervals of a per-step table (see the module docstring).
+
+    Parameters
+    ----------
+    rows : pandas.DataFrame
+        The per-step table (``steps.parquet``).
+    level : float, default 0.95
+
+    Returns
+    -------
+    pandas.DataFrame
+        As :func:`summarise_clusters`.
+    """
+    return summarise_clusters(cluster_sums(rows), level)
+
+
+def gap_histogram(rows: pd.DataFrame) -> pd.DataFrame:
+    """Counts of per-step gaps ``α* − acceptance`` in the bins :data:`GAP_EDGES`.
+
+    Verifier rows only (``"bound"`` rows have gap 0 by definition); NaN gaps are not counted.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``temperature, n, design, verifier, bin_low, bin_high, count``: only the
+        non-empty bins.
+    """
+    part = rows.loc[(rows["verifier"] != "bound") & rows["gap"].notna(), [*GROUP, "gap"]]
+    inner = GAP_EDGES[1:-1]
+    bins = np.searchsorted(inner, part["gap"].to_numpy(dtype=float), side="right")
+    frame = part[list(GROUP)].copy()
+    frame["bin"] = bins
+    counts = frame.groupby([*GROUP, "bin"], observed=True).size().rename("count").reset_index()
+    counts["bin_low"] = GAP_EDGES[counts["bin"].to_numpy()]
+    counts["bin_high"] = GAP_EDGES[counts["bin"].to_numpy() + 1]
+    return counts[[*GROUP, "bin_low", "bin_high", "count"]]
+
+
+def merge_histograms(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """Add up :func:`gap_histogram` tables (of shards)."""
+    parts = [p for p in parts if not p.empty]
+    if not parts:
+        return pd.DataFrame(columns=[*GROUP, "bin_low", "bin_high", "count"])
+    frame = pd.concat(parts, ignore_index=True)
+    return (
+        frame.groupby([*GROUP, "bin_low", "bin_high"], observed=True)["count"].sum().reset_index()
+    )

@@ -1,0 +1,282 @@
+"""Figures of a bounds run: acceptance against the number of drafts and against temperature,
+and the distribution of each verifier's per-step gap to the bound.
+
+Every function takes the tables a run writes (``summary.csv``, ``gap_histogram.csv``; or
+:func:`otbound.analysis.summarise` / :func:`otbound.analysis.gap_histogram` of a per-step
+table) and returns a :class:`matplotlib.figure.Figure` (no pyplot state is touched, so they
+work in scripts, workers and notebooks alike). :func:`save_run_figures` writes the PNG files
+of a run, each atomically.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from otbound._files import atomic_output
+from otbound.verifiers import VERIFIERS
+
+#: How each design is titled in the figures.
+DESIGN_TITLES: dict[str, str] = {
+    "iid": "i.i.d. drafts",
+    "without_replacement": "sequential, without replacement",
+    "conditional_poisson": "conditional Poisson sets",
+    "greedy": "greedy (top n−1, then one sampled)",
+    "topk": "top-n, deterministic",
+    "hub": "hub pairs (SpecHub)",
+}
+
+_BOUND_STYLE = {"color": "black", "linestyle": "--", "marker": "s", "linewidth": 1.6}
+_DPI = 150
+
+
+def verifier_color(name: str) -> str:
+    """A fixed colour per verifier, the same in every figure."""
+    palette = [f"C{i}" for i in range(10)]
+    if name in VERIFIERS:
+        return palette[VERIFIERS.index(name) % 10]
+    return palette[hash(name) % 10]
+
+
+def _grid(panels: int, width: float = 4.3, height: float = 3.3) -> tuple[Figure, list[Axes]]:
+    cols = min(3, max(panels, 1))
+    rows = math.ceil(max(panels, 1) / cols)
+    fig = Figure(figsize=(width * cols, height * rows + 0.9), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False).ravel().tolist()
+    for ax in axes[panels:]:
+        ax.set_visible(False)
+    return fig, axes[:panels]
+
+
+def _legend(fig: Figure, axes: Iterable[Axes]) -> None:
+    handles: dict[str, object] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, handle)
+    if handles:
+        fig.legend(
+            list(handles.values()),
+            list(handles),
+            loc="outside lower center",
+            ncols=min(len(handles), 6),
+            frameon=False,
+        )
+
+
+def _only(frame: pd.DataFrame, column: str, value: float | None, what: str) -> pd.DataFrame:
+    """Rows at ``value`` of ``column`` (default: its only value, or 1 for temperature)."""
+    values = sorted(frame[column].unique())
+    if value is None:
+        if len(values) == 1:
+            return frame
+        value = 1.0 if (column == "temperature" and 1.0 in values) else values[0]
+    picked = frame[np.isclose(frame[column].astype(float), float(value))]
+    if picked.empty:
+        raise ValueError(f"{what}: no rows at {column} = {value}; available: {values}")
+    return picked
+
+
+def _interval_band(ax: Axes, x, low, high, color: str, alpha: float = 0.15) -> None:
+    low, high = np.asarray(low, float), np.asarray(high, float)
+    ok = ~(np.isnan(low) | np.isnan(high))
+    if ok.any():
+        ax.fill_between(
+            np.asarray(x, float)[ok], low[ok], high[ok], color=color, alpha=alpha, linewidth=0
+        )
+
+
+def _draw_series(ax: Axes, part: pd.DataFrame, x: str) -> None:
+    """One design's panel: the bound (with its band) and a line per verifier."""
+    bound = part[part["verifier"] == "bound"].sort_values(x)
+    if not bound.empty:
+        exact = bound["alpha_star"].notna().all()
+        centre = (
+            bound["alpha_star"]
+            if exact
+            else (bound["alpha_star_lower"] + bound["alpha_star_upper"]) / 2
+        )
+        ax.plot(bound[x], centre, label="α* (optimal, bound)", **_BOUND_STYLE)
+        if exact:
+            _interval_band(
+                ax, bound[x], bound["alpha_star_ci_low"], bound["alpha_star_ci_high"], "black"
+            )
+        else:
+            _interval_band(
+                ax,
+                bound[x],
+                bound["alpha_star_lower"],
+                bound["alpha_star_upper"],
+                "black",
+                alpha=0.25,
+            )
+    for name, rows in part[part["verifier"] != "bound"].groupby("verifier", sort=False):
+        rows = rows.sort_values(x)
+        color = verifier_color(str(name))
+        err = np.vstack(
+            [
+                rows["acceptance"] - rows["acceptance_ci_low"],
+                rows["acceptance_ci_high"] - rows["acceptance"],
+            ]
+        )
+        ax.errorbar(
+            rows[x],
+            rows["acceptance"],
+            yerr=np.nan_to_num(np.abs(err)),
+            color=color,
+            marker="o",
+            markersize=4,
+            capsize=3,
+            linewidth=1.4,
+            label=str(name),
+        )
+    ax.grid(True, alpha=0.3)
+
+
+def _designs(frame: pd.DataFrame) -> list[str]:
+    order = list(DESIGN_TITLES)
+    present = list(dict.fromkeys(frame["design"]))
+    return sorted(present, key=lambda d: order.index(d) if d in order else len(order))
+
+
+def acceptance_vs_n(summary: pd.DataFrame, temperature: float | None = None) -> Figure:
+    """Mean acceptance of each verifier against the number of drafts, beside the bound.
+
+    One panel per draft design; error bars and the grey band are 95% intervals of the mean
+    (cluster-robust over prompts); for truncated (top-k) dumps the band is the certified
+    interval of ``α*``.
+
+    Parameters
+    ----------
+    summary : pandas.DataFrame
+        A run's ``summary.csv``.
+    temperature : float, optional
+        Which temperature to draw (default: the only one, else 1, else the lowest).
+    """
+    frame = _only(summary, "temperature", temperature, "acceptance_vs_n")
+    designs = _designs(frame)
+    fig, axes = _grid(len(designs))
+    for ax, design in zip(axes, designs, strict=True):
+        part = frame[frame["design"] == design]
+        _draw_series(ax, part, "n")
+        ax.set_title(DESIGN_TITLES.get(design, design))
+        ax.set_xlabel("drafts n")
+        ax.set_xticks(sorted(part["n"].unique()))
+        ax.set_ylabel("acceptance rate")
+    temp = frame["temperature"].iloc[0]
+    steps = int(frame["steps"].max())
+    fig.suptitle(f"Acceptance against the number of drafts (temperature {temp:g}, {steps} steps)")
+    _legend(fig, axes)
+    return fig
+
+
+def acceptance_vs_temperature(summary: pd.DataFrame, n: int | None = None) -> Figure:
+    """Mean acceptance of each verifier and the bound against temperature, at one ``n``.
+
+    Parameters
+    ----------
+    summary : pandas.DataFrame
+        A run's ``summary.csv`` with several temperatures.
+    n : int, optional
+        Number of drafts (default: the only one, else the smallest).
+    """
+    frame = _only(summary, "n", n, "acceptance_vs_temperature")
+    designs = _designs(frame)
+    fig, axes = _grid(len(designs))
+    for ax, design in zip(axes, designs, strict=True):
+        _draw_series(ax, frame[frame["design"] == design], "temperature")
+        ax.set_title(DESIGN_TITLES.get(design, design))
+        ax.set_xlabel("temperature")
+        ax.set_ylabel("acceptance rate")
+    fig.suptitle(f"Acceptance against temperature (n = {int(frame['n'].iloc[0])} drafts)")
+    _legend(fig, axes)
+    return fig
+
+
+def gap_distribution(histogram: pd.DataFrame, temperature: float | None = None) -> Figure:
+    """How far each verifier falls below the bound, step by step: the empirical distribution
+    function of the per-step gap ``α* − acceptance``, one panel per number of drafts.
+
+    Parameters
+    ----------
+    histogram : pandas.DataFrame
+        A run's ``gap_histogram.csv`` (:func:`otbound.analysis.gap_histogram`).
+    temperature : float, optional
+        As in :func:`acceptance_vs_n`.
+    """
+    if histogram.empty:
+        fig, axes = _grid(1)
+        axes[0].text(0.5, 0.5, "no verifier rows", ha="center", va="center")
+        return fig
+    frame = _only(histogram, "temperature", temperature, "gap_distribution")
+    ns = sorted(frame["n"].unique())
+    fig, axes = _grid(len(ns))
+    top = float(frame.loc[frame["count"] > 0, "bin_high"].max())
+    low = float(min(0.0, frame.loc[frame["count"] > 0, "bin_low"].min()))
+    for ax, k in zip(axes, ns, strict=True):
+        part = frame[frame["n"] == k]
+        for name, rows in part.groupby("verifier", sort=False):
+            rows = rows.sort_values("bin_low")
+            x = np.concatenate([[low], rows["bin_high"].to_numpy(float)])
+            y = np.concatenate([[0.0], np.cumsum(rows["count"].to_numpy(float))])
+            y /= y[-1]
+            ax.step(
+                x, y, where="post", color=verifier_color(str(name)), linewidth=1.6, label=str(name)
+            )
+        ax.set_xlim(low, max(top, 0.01))
+        ax.set_ylim(0, 1.02)
+        ax.set_title(f"n = {k} drafts")
+        ax.set_xlabel("gap to the bound, α* − acceptance")
+        ax.set_ylabel("fraction of steps with gap ≤ x")
+        ax.grid(True, alpha=0.3)
+    temp = frame["temperature"].iloc[0]
+    fig.suptitle(f"Per-step gap to the optimal acceptance (temperature {temp:g})")
+    _legend(fig, axes)
+    return fig
+
+
+def save_figure(fig: Figure, path: str | os.PathLike[str]) -> Path:
+    """Write ``fig`` as a PNG, atomically (a temporary name, then a rename)."""
+    path = Path(path)
+    with atomic_output(path) as tmp, open(tmp, "wb") as f:
+        fig.savefig(f, format="png", dpi=_DPI)
+    return path
+
+
+def _suffix(values: Sequence[float], value: float, prefix: str) -> str:
+    return "" if len(values) == 1 else f"_{prefix}{value:g}"
+
+
+def save_run_figures(
+    summary: pd.DataFrame, histogram: pd.DataFrame, out: str | os.PathLike[str]
+) -> list[Path]:
+    """The PNG figures of a run, written into ``out``.
+
+    ``acceptance_vs_n.png`` and ``gap_distribution.png`` (one of each per temperature, named
+    ``..._T0.7.png``, when several were run) and, for a temperature sweep,
+    ``acceptance_vs_temperature_n{n}.png`` for each ``n``.
+
+    Returns
+    -------
+    list of pathlib.Path
+    """
+    out = Path(out)
+    paths = []
+    temps = sorted(summary["temperature"].unique())
+    for t in temps:
+        tag = _suffix(temps, t, "T")
+        paths.append(save_figure(acceptance_vs_n(summary, t), out / f"acceptance_vs_n{tag}.png"))
+        if not histogram.empty and np.isclose(histogram["temperature"], t).any():
+            fig = gap_distribution(histogram, t)
+            paths.append(save_figure(fig, out / f"gap_distribution{tag}.png"))
+    if len(temps) > 1:
+        for k in sorted(summary["n"].unique()):
+            fig = acceptance_vs_temperature(summary, int(k))
+            paths.append(save_figure(fig, out / f"acceptance_vs_temperature_n{k}.png"))
+    return paths

@@ -1,0 +1,323 @@
+"""otbound.analysis: per-step tables against direct computation, summaries against an
+independent interval, top-k intervals, chunking, processes, dask, resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+from scipy.special import softmax
+
+import otbound as ob
+from otbound.analysis import (
+    STEP_COLUMNS,
+    SUMMARY_COLUMNS,
+    AnalysisConfig,
+    analyse_shard,
+    gap_histogram,
+    run_analysis,
+    summarise,
+)
+from otbound.dumps import DumpWriter, TopKRows
+
+V = 40
+SHARDS = (12, 12, 9)
+
+
+def logits_pair(rng: np.random.Generator, steps: int, vocab: int = V) -> tuple[np.ndarray, ...]:
+    target = 2.0 * rng.standard_normal((steps, vocab))
+    draft = target + rng.standard_normal((steps, vocab))
+    return target, draft
+
+
+def write_dump(
+    path: Path, shards=SHARDS, seed: int = 0, vocab: int = V, topk: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """A dump of ``shards`` with prompts of 3 steps each; returns all target, draft logits."""
+    rng = np.random.default_rng(seed)
+    targets, drafts, step = [], [], 0
+    storage = None if topk is None else f"topk:{topk}"
+    with DumpWriter(
+        path, target_model="t", draft_model="d", storage=storage, vocab_size=vocab
+    ) as writer:
+        for steps in shards:
+            t, d = logits_pair(rng, steps, vocab)
+            ids = np.arange(step, step + steps)
+            meta = {"prompt_id": ids // 3, "position": ids % 3, "token": ids % vocab}
+            if topk is None:
+                writer.write_shard(t, d, meta)
+            else:
+                writer.write_shard(
+                    TopKRows.from_logits(t, topk), TopKRows.from_logits(d, topk), meta
+                )
+            targets.append(t)
+            drafts.append(d)
+            step += steps
+    return np.concatenate(targets), np.concatenate(drafts)
+
+
+@pytest.fixture(scope="module")
+def dump_dir(tmp_path_factory) -> tuple[Path, np.ndarray, np.ndarray]:
+    path = tmp_path_factory.mktemp("dump") / "dump"
+    t, d = write_dump(path)
+    return path, t, d
+
+
+def test_rows_equal_direct_computation(dump_dir) -> None:
+    path, t, d = dump_dir
+    config = AnalysisConfig(
+        n=(1, 2, 3),
+        designs=("iid", "without_replacement", "hub"),
+        verifiers=("rrs", "kseq", "spechub", "rrs_without_replacement"),
+        temperatures=(1.0, 0.5),
+    )
+    dump = ob.open_dump(path)
+    rows = pd.concat([analyse_shard(dump, i, config).rows for i in range(len(SHARDS))])
+    assert tuple(rows.columns) == STEP_COLUMNS
+    rng = np.random.default_rng(7)
+    for step in rng.choice(len(t), 6, replace=False):
+        for temperature in (1.0, 0.5):
+            p = softmax(t[step].astype(np.float32).astype(np.float64) / temperature)
+            q = softmax(d[step].astype(np.float32).astype(np.float64) / temperature)
+            at = rows[(rows.step == step) & (rows.temperature == temperature)]
+            assert set(at.prompt_id) == {step // 3} and set(at.position) == {step % 3}
+            for n in (1, 2, 3):
+                for design in ("iid", "without_replacement"):
+                    bound = at[(at.n == n) & (at.design == design) & (at.verifier == "bound")]
+                    want = ob.optimal_acceptance(p, q, n, design)
+                    assert bound.alpha_star.item() == pytest.approx(want, abs=1e-12)
+                    assert bound.alpha_star_lower.item() == bound.alpha_star_upper.item()
+                for name in ("rrs", "kseq", "rrs_without_replacement"):
+                    row = at[(at.n == n) & (at.verifier == name)]
+                    v = ob.get_verifier(name)
+                    assert row.acceptance.item() == pytest.approx(v.acceptance(p, q, n), abs=1e-12)
+                    star = ob.optimal_acceptance(p, q, n, v.design)
+                    assert row.alpha_star.item() == pytest.approx(star, abs=1e-12)
+                    assert row.gap.item() == pytest.approx(star - row.acceptance.item(), abs=1e-12)
+                    assert row.gap.item() >= -1e-12
+            # SpecHub and its bound exist at n = 2 only, and it reaches the hub bound
+            hub = at[at.design == "hub"]
+            assert set(hub.n) == {2}
+            assert np.allclose(hub.acceptance, hub.alpha_star, atol=1e-12)
+
+
+def test_temperature_zero_is_argmax(dump_dir) -> None:
+    path, t, d = dump_dir
+    config = AnalysisConfig(n=(1,), designs=("iid",), verifiers=("single",), temperatures=(0.0,))
+    rows = analyse_shard(ob.open_dump(path), 0, config).rows
+    bound = rows[rows.verifier == "bound"].sort_values("step")
+    same = np.argmax(t[:12], axis=1) == np.argmax(d[:12], axis=1)
+    np.testing.assert_array_equal(bound.alpha_star.to_numpy(), same.astype(float))
+
+
+def test_chunking_does_not_change_rows(dump_dir) -> None:
+    path, _, _ = dump_dir
+    dump = ob.open_dump(path)
+    kwargs = dict(n=(2, 3), designs=("iid",), verifiers=("gls", "rrs"), mc_trials=300)
+    a = analyse_shard(dump, 1, AnalysisConfig(**kwargs, chunk_steps=5)).rows
+    b = analyse_shard(dump, 1, AnalysisConfig(**kwargs, chunk_steps=256)).rows
+    key = ["step", "n", "verifier"]
+    pd.testing.assert_frame_equal(
+        a.sort_values(key).reset_index(drop=True), b.sort_values(key).reset_index(drop=True)
+    )
+    # the Monte Carlo rows are really Monte Carlo rows
+    assert (~a[a.verifier == "gls"].exact).all() and (a[a.verifier == "gls"].trials == 300).all()
+
+
+def test_no_monte_carlo_rows_without_trials(dump_dir) -> None:
+    path, _, _ = dump_dir
+    config = AnalysisConfig(n=(1, 2), designs=("iid",), verifiers=("gls",), mc_trials=0)
+    rows = analyse_shard(ob.open_dump(path), 0, config).rows
+    gls = rows[rows.verifier == "gls"]
+    assert set(gls.n) == {1} and gls.exact.all()  # exact at n = 1 only
+
+
+def test_config_validation_names_the_argument() -> None:
+    with pytest.raises(ValueError, match="designs"):
+        AnalysisConfig(designs=("per_slot",))
+    with pytest.raises(ValueError, match="unknown verifier"):
+        AnalysisConfig(verifiers=("nope",))
+    with pytest.raises(ValueError, match="temperatures"):
+        AnalysisConfig(temperatures=(-1.0,))
+    with pytest.raises(ValueError, match="n must"):
+        AnalysisConfig(n=(0,))
+    with pytest.raises(ValueError, match="mc_trials"):
+        AnalysisConfig(mc_trials=-1)
+    assert AnalysisConfig(designs=("hub",)).verifier_names == ("spechub",)
+    assert AnalysisConfig().fingerprint() == AnalysisConfig(chunk_steps=3).fingerprint()
+    assert AnalysisConfig().fingerprint() != AnalysisConfig(seed=1).fingerprint()
+
+
+# -- summaries ---------------------------------------------------------------------------------
+
+
+def _frame(values: np.ndarray, prompts: np.ndarray | None) -> pd.DataFrame:
+    m = values.size
+    return pd.DataFrame(
+        {
+            "step": np.arange(m),
+            "prompt_id": pd.array(prompts, dtype="Int64")
+            if prompts is not None
+            else pd.array([pd.NA] * m, dtype="Int64"),
+            "temperature": 1.0,
+            "n": 2,
+            "design": "iid",
+            "verifier": "rrs",
+            "acceptance": values,
+            "exact": True,
+            "alpha_star": values + 0.1,
+            "alpha_star_lower": values + 0.1,
+            "alpha_star_upper": values + 0.1,
+            "gap": 0.1,
+        }
+    )
+
+
+def test_summary_interval_equals_t_interval_of_prompt_means() -> None:
+    """With equal-size prompts the cluster-robust interval is Student's t interval of the
+    prompt means (an independent formula)."""
+    rng = np.random.default_rng(0)
+    prompts = np.repeat(np.arange(9), 4)
+    values = rng.random(prompts.size)
+    row = summarise(_frame(values, prompts)).iloc[0]
+    means = values.reshape(9, 4).mean(axis=1)
+    lo, hi = stats.t.interval(0.95, 8, loc=means.mean(), scale=stats.sem(means))
+    assert row.acceptance == pytest.approx(values.mean(), abs=1e-14)
+    assert row.acceptance_ci_low == pytest.approx(lo, abs=1e-12)
+    assert row.acceptance_ci_high == pytest.approx(hi, abs=1e-12)
+    assert row.steps == 36 and row.prompts == 9
+    assert row.alpha_star == pytest.approx(values.mean() + 0.1)
+    assert tuple(summarise(_frame(values, prompts)).columns) == SUMMARY_COLUMNS
+
+
+def test_summary_without_prompts_treats_steps_as_independent() -> None:
+    values = np.random.default_rng(1).random(25)
+    row = summarise(_frame(values, None)).iloc[0]
+    lo, hi = stats.t.interval(0.95, 24, loc=values.mean(), scale=stats.sem(values))
+    assert (row.acceptance_ci_low, row.acceptance_ci_high) == pytest.approx((lo, hi), abs=1e-12)
+
+
+def test_summary_is_the_same_built_in_pieces() -> None:
+    rng = np.random.default_rng(2)
+    prompts = rng.integers(0, 6, 40)
+    frame = _frame(rng.random(40), np.sort(prompts))
+    from otbound.analysis._summary import cluster_sums, fold_cluster_sums, summarise_clusters
+
+    pieces = [cluster_sums(frame.iloc[:13]), cluster_sums(frame.iloc[13:])]
+    pd.testing.assert_frame_equal(summarise_clusters(fold_cluster_sums(pieces)), summarise(frame))
+
+
+def test_gap_histogram_counts_every_verifier_row() -> None:
+    frame = _frame(np.linspace(0, 1, 11), None)
+    frame["gap"] = [-0.3, 0.0, 0.0, 0.004, 0.005, 0.2, 0.5, 0.99, 1.0, 1.5, np.nan]
+    hist = gap_histogram(frame)
+    assert hist["count"].sum() == 10
+    assert hist.loc[hist.bin_low == 0.0, "count"].item() == 3  # 0, 0, 0.004
+    assert hist.bin_low.min() == pytest.approx(-0.1)  # -0.3 lands in the first bin
+
+
+# -- top-k dumps -------------------------------------------------------------------------------
+
+
+def test_topk_rows_give_certified_intervals(tmp_path: Path) -> None:
+    t, d = write_dump(tmp_path / "topk", topk=8, seed=3)
+    config = AnalysisConfig(n=(2, 4), designs=("iid",), verifiers=())
+    dump = ob.open_dump(tmp_path / "topk")
+    rows = pd.concat([analyse_shard(dump, i, config).rows for i in range(3)])
+    assert set(rows.verifier) == {"bound"}
+    for _, row in rows.iterrows():
+        full = ob.optimal_acceptance(
+            softmax(t[row.step].astype(np.float64)), softmax(d[row.step].astype(np.float64)), row.n
+        )
+        assert row.alpha_star_lower - 1e-9 <= full <= row.alpha_star_upper + 1e-9
+    assert (rows.alpha_star_upper > rows.alpha_star_lower).any()
+
+
+# -- runs --------------------------------------------------------------------------------------
+
+SMALL = dict(n=(2, 3), designs=("iid", "without_replacement"), mc_trials=200)
+
+
+def _run(dump, out, **kwargs):
+    return run_analysis(dump, AnalysisConfig(**SMALL), out, progress=False, figures=False, **kwargs)
+
+
+def test_run_writes_tables_and_processes_match(dump_dir, tmp_path: Path) -> None:
+    path, _, _ = dump_dir
+    dump = ob.open_dump(path)
+    one = _run(dump, tmp_path / "one")
+    two = _run(dump, tmp_path / "two", jobs=2)
+    assert one.ok and two.ok
+    a = pd.read_parquet(tmp_path / "one" / "steps.parquet")
+    b = pd.read_parquet(tmp_path / "two" / "steps.parquet")
+    pd.testing.assert_frame_equal(a, b)
+    assert a.step.nunique() == sum(SHARDS)
+    assert {"bound", "rrs", "kseq", "rrs_without_replacement", "gls"} <= set(a.verifier)
+    summary = pd.read_csv(tmp_path / "one" / "summary.csv")
+    assert (summary.steps == sum(SHARDS)).all()
+    record = json.loads((tmp_path / "one" / "run.json").read_text())
+    assert record["complete"] and record["config"]["n"] == [2, 3]
+    assert not list((tmp_path / "one").glob(".*tmp*"))
+
+
+def test_dask_cluster_gives_the_local_result(dump_dir, tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    path, _, _ = dump_dir
+    dump = ob.open_dump(path)
+    local = _run(dump, tmp_path / "local")
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+    ) as cluster:
+        remote = _run(dump, tmp_path / "dask", dask=cluster.scheduler_address)
+    assert local.ok and remote.ok
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(tmp_path / "local" / "steps.parquet"),
+        pd.read_parquet(tmp_path / "dask" / "steps.parquet"),
+    )
+
+
+def _corrupt(path: Path, shard: int) -> bytes:
+    file = path / f"shard-{shard:05d}.safetensors"
+    original = file.read_bytes()
+    file.write_bytes(original[: len(original) // 2])
+    return original
+
+
+def test_failed_shard_then_resume(tmp_path: Path) -> None:
+    path = tmp_path / "dump"
+    write_dump(path)
+    original = _corrupt(path, 1)
+    done: list[str] = []
+    failed = _run(ob.open_dump(path), tmp_path / "out", on_shard_done=done.append)
+    assert not failed.ok and list(failed.failures) == ["shard-00001"]
+    assert "shard-00001" not in done and len(done) == 2
+    assert not (tmp_path / "out" / "steps.parquet").exists()
+    (path / "shard-00001.safetensors").write_bytes(original)
+    redone: list[str] = []
+    resumed = _run(ob.open_dump(path), tmp_path / "out", resume=True, on_shard_done=redone.append)
+    assert resumed.ok and redone == ["shard-00001"] and resumed.resumed == 2
+    clean = _run(ob.open_dump(path), tmp_path / "clean")
+    assert clean.ok
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(tmp_path / "out" / "steps.parquet"),
+        pd.read_parquet(tmp_path / "clean" / "steps.parquet"),
+    )
+
+
+def test_resume_refuses_other_settings(dump_dir, tmp_path: Path) -> None:
+    path, _, _ = dump_dir
+    dump = ob.open_dump(path)
+    assert _run(dump, tmp_path / "out").ok
+    with pytest.raises(ValueError, match=r"settings differ.*mc_trials"):
+        run_analysis(
+            dump,
+            AnalysisConfig(**{**SMALL, "mc_trials": 5}),
+            tmp_path / "out",
+            resume=True,
+            progress=False,
+            figures=False,
+        )
