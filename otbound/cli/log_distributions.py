@@ -1,0 +1,264 @@
+"""``log_distributions``: log target and draft next-token logits from two causal LMs.
+
+    python scripts/log_distributions.py --target DIR --draft DIR --prompts FILE --out DUMP
+
+For each prompt the generator (``--generator``, the target by default) samples a
+continuation; both models are then run teacher-forced over prompt + continuation and their
+raw logits at the continuation's positions go to the otbound dump DUMP (read it with
+``compute_bounds DUMP``). See :mod:`otbound.capture`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from otbound.cli._common import (
+    CommandError,
+    OneLineParser,
+    run_command,
+    writable_directory,
+)
+
+PROG = "log_distributions"
+
+#: Library parameter names as they appear in messages -> the command line's options.
+_OPTION_NAMES = {
+    "resume=True": "--resume",
+    "batch_size": "--batch-size",
+    "max_new_tokens": "--max-new-tokens",
+    "max_prompt_tokens": "--max-prompt-tokens",
+    "max_prompts": "--max-prompts",
+    "shard_steps": "--shard-steps",
+    "storage_dtype": "--storage-dtype",
+    "truncation_side": "--truncation-side",
+    "top_p": "--top-p",
+    "dtype float32": "--dtype float32",
+    "store topk": "--store topk",
+    "(give one,": "(pass --tokenizer,",
+}
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows defaults, except None and flags (their help says what happens)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or isinstance(action.default, bool):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (see ``--help``)."""
+    parser = OneLineParser(
+        prog=PROG,
+        description=(
+            "Sample continuations of prompts and log the target's and the draft's raw "
+            "next-token logits at every continuation position (teacher-forced over the same "
+            "tokens) to an otbound dump, for compute_bounds."
+        ),
+        formatter_class=_HelpFormatter,
+    )
+    models = parser.add_argument_group("models")
+    models.add_argument(
+        "--target", required=True, help="target model directory (or hub name); required"
+    )
+    models.add_argument("--draft", required=True, help="draft model directory (or hub name)")
+    models.add_argument(
+        "--tokenizer",
+        default=None,
+        help="tokenizer directory (default: the target's, when it holds one; needed for text "
+        "prompts; the logged vocabulary is cut to its length)",
+    )
+    models.add_argument(
+        "--dtype", choices=("float32", "float16", "bfloat16"), default="float32", help="model dtype"
+    )
+    models.add_argument(
+        "--device", default=None, help="torch device (default: cuda when present, else cpu)"
+    )
+    models.add_argument(
+        "--trust-remote-code", action="store_true", help="allow model code from the checkpoint"
+    )
+    prompts = parser.add_argument_group("prompts")
+    prompts.add_argument(
+        "--prompts",
+        required=True,
+        help='JSON lines with "text", "input_ids" or "input_tokens", or a text file (one '
+        "prompt per line)",
+    )
+    prompts.add_argument("--max-prompts", type=int, default=None, help="use the first N prompts")
+    prompts.add_argument(
+        "--max-prompt-tokens", type=int, default=None, help="truncate longer prompts"
+    )
+    prompts.add_argument(
+        "--truncation-side",
+        choices=("left", "right"),
+        default="left",
+        help="left: drop a long prompt's first tokens (keep the last); right: keep the first",
+    )
+    prompts.add_argument(
+        "--no-special-tokens",
+        action="store_true",
+        help="tokenize text prompts without special tokens (no BOS)",
+    )
+    gen = parser.add_argument_group("generation")
+    gen.add_argument("--max-new-tokens", type=int, default=128, help="continuation length")
+    gen.add_argument(
+        "--temperature", type=float, default=1.0, help="sampling temperature (0: greedy)"
+    )
+    gen.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold")
+    gen.add_argument(
+        "--generator",
+        choices=("target", "draft"),
+        default="target",
+        help="the model whose samples form the text",
+    )
+    gen.add_argument(
+        "--ignore-eos", action="store_true", help="do not stop at end-of-sequence tokens"
+    )
+    gen.add_argument("--seed", type=int, default=0, help="seed (per prompt: seed and prompt id)")
+    gen.add_argument("--batch-size", type=int, default=8, help="prompts run at once")
+    output = parser.add_argument_group("output")
+    output.add_argument("--out", required=True, help="the dump directory")
+    output.add_argument(
+        "--store", default="full", help="'full' rows or 'topk:K' (the K largest and logsumexp)"
+    )
+    output.add_argument(
+        "--storage-dtype",
+        choices=("float16", "bfloat16", "float32"),
+        default=None,
+        help="dtype of the stored logits (default: the model dtype; float32 for top-k)",
+    )
+    output.add_argument(
+        "--shard-steps",
+        type=int,
+        default=None,
+        help="steps per shard (default: up to 1024 and about 256 MiB)",
+    )
+    output.add_argument(
+        "--resume", action="store_true", help="continue an interrupted dump at --out"
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
+    return parser
+
+
+def _cli_words(text: str) -> str:
+    for library, option in _OPTION_NAMES.items():
+        text = re.sub(rf"(?<![\w-]){re.escape(library)}(?![\w])", option, text)
+    return text
+
+
+def _check_output(out: Path, resume: bool) -> Path:
+    """Refuse an unusable --out before any model is loaded."""
+    if (out / "manifest.json").exists():
+        if not resume:
+            raise CommandError(
+                f"--out {out}: already holds a dump; pass --resume to continue it, or choose "
+                "another directory"
+            )
+    elif out.is_dir() and any(out.iterdir()):
+        raise CommandError(f"--out {out}: exists and is not empty (and holds no dump)")
+    return writable_directory(out)
+
+
+def _quiet_transformers() -> None:
+    """No loading bars or advisory logging from transformers on stderr."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def _tokenizer(args: argparse.Namespace, capture: Any) -> Any:
+    if args.tokenizer is not None:
+        return capture.load_tokenizer(args.tokenizer, trust_remote_code=args.trust_remote_code)
+    local = Path(args.target).expanduser().exists()
+    if capture.has_tokenizer(args.target) or (not local and capture.is_hub_name(args.target)):
+        return capture.load_tokenizer(args.target, trust_remote_code=args.trust_remote_code)
+    return None
+
+
+def _draft_tokenizer(args: argparse.Namespace, capture: Any) -> Any:
+    if capture.has_tokenizer(args.draft) and Path(args.draft) != Path(args.tokenizer or ""):
+        return capture.load_tokenizer(args.draft, trust_remote_code=args.trust_remote_code)
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    """The command's body; the exit status."""
+    try:
+        import otbound.capture as capture
+    except ImportError as exc:
+        raise CommandError(
+            f"needs torch and transformers ({exc}): pip install 'otbound[torch]'"
+        ) from None
+    out = _check_output(Path(args.out), args.resume)
+    _quiet_transformers()
+    tokenizer = _tokenizer(args, capture)
+    options = {
+        "add_special_tokens": not args.no_special_tokens,
+        "max_prompts": args.max_prompts,
+        "max_prompt_tokens": args.max_prompt_tokens,
+        "truncation_side": args.truncation_side,
+    }
+    prompts = capture.read_prompts(args.prompts, tokenizer, **options)
+    source = capture.prompt_file_info(args.prompts)
+    load = {"dtype": args.dtype, "device": args.device, "trust_remote_code": args.trust_remote_code}
+    target = capture.load_model(args.target, **load)
+    draft = capture.load_model(args.draft, **load)
+    path = capture.log_distributions(
+        target,
+        draft,
+        prompts,
+        out,
+        tokenizer=tokenizer,
+        draft_tokenizer=_draft_tokenizer(args, capture),
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        generator=args.generator,
+        batch_size=args.batch_size,
+        store=args.store,
+        storage_dtype=args.storage_dtype,
+        shard_steps=args.shard_steps,
+        seed=args.seed,
+        stop_at_eos=not args.ignore_eos,
+        prompt_source=source,
+        resume=args.resume,
+        progress=not args.quiet,
+        extra={"command": [PROG, *sys.argv[1:]] if args.argv is None else [PROG, *args.argv]},
+        **options,
+    )
+    if not args.quiet:
+        from otbound.dumps import open_dump
+
+        dump = open_dump(path)
+        print(f"{dump.num_steps} steps in {len(dump.shards)} shard(s) in {path}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``log_distributions`` with ``argv`` (default: ``sys.argv[1:]``); the exit status."""
+    args = build_parser().parse_args(argv)
+    args.argv = None if argv is None else list(argv)
+
+    def work() -> int:
+        try:
+            return run(args)
+        except (CommandError, OSError, ImportError):
+            raise
+        except ValueError as exc:
+            raise CommandError(_cli_words(str(exc))) from None
+        except Exception as exc:  # a model's own failure: still one line, no traceback
+            text = str(exc).strip().splitlines()
+            raise CommandError(f"{type(exc).__name__}: {text[0] if text else ''}") from None
+
+    return run_command(PROG, work)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
