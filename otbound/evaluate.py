@@ -350,7 +350,8 @@ def _failed(
 # -- the comparison table ------------------------------------------------------------------
 
 
-_COLUMNS = [
+#: Columns of :func:`compare`'s table, in order.
+COMPARE_COLUMNS = (
     "step",
     "n",
     "design",
@@ -363,7 +364,7 @@ _COLUMNS = [
     "gap",
     "ratio",
     "trials",
-]
+)
 
 
 def _alpha_star_rows(p2: np.ndarray, q2: np.ndarray, n: int, design: str) -> np.ndarray:
@@ -531,7 +532,7 @@ def compare(
                         "trials": 0,
                     }
                 )
-    frame = pd.DataFrame(rows, columns=_COLUMNS)
+    frame = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
     frame = frame.astype({"step": "int64", "n": "int64", "exact": "bool", "trials": "int64"})
     order = {"bound": 1}
     frame["_bound"] = frame["verifier"].map(order).fillna(0)

@@ -323,3 +323,32 @@ def test_compare_bad_arguments():
         compare(P4, Q4[:3] / Q4[:3].sum())
     with pytest.raises(ValueError, match="unknown design"):
         compare(P4, Q4, designs=["nope"])
+
+
+def test_compare_step_ids_name_the_steps_and_fix_their_monte_carlo_streams():
+    rng = np.random.default_rng(4)
+    p, q = rng.dirichlet(np.ones(30), size=5), rng.dirichlet(np.ones(30), size=5)
+    kwargs = dict(n=(2, 3), verifiers=["gls", "rrs"], trials=500, seed=3)
+    whole = compare(p, q, **kwargs, step_ids=[10, 11, 12, 13, 14])
+    assert sorted(set(whole.step)) == [10, 11, 12, 13, 14]
+    # the same step analysed alone, under its id, gets the same Monte Carlo row
+    alone = compare(p[3:4], q[3:4], **kwargs, step_ids=[13])
+    pd.testing.assert_frame_equal(
+        alone.reset_index(drop=True), whole[whole.step == 13].reset_index(drop=True)
+    )
+    # under another id it gets another stream
+    other = compare(p[3:4], q[3:4], **kwargs, step_ids=[99])
+    mc = other.verifier == "gls"
+    assert not np.array_equal(other[mc].acceptance, alone[alone.verifier == "gls"].acceptance)
+    with pytest.raises(ValueError, match="step_ids"):
+        compare(p, q, **kwargs, step_ids=[1, 2])
+
+
+def test_compare_without_trials_drops_only_the_monte_carlo_rows():
+    rng = np.random.default_rng(5)
+    p, q = rng.dirichlet(np.ones(30)), rng.dirichlet(np.ones(30))
+    table = compare(p, q, n=(1, 2), verifiers=["gls", "rrs"], trials=0)
+    assert table.exact.all()
+    gls = table[table.verifier == "gls"]
+    assert list(gls.n) == [1]  # exact at n = 1 only
+    assert sorted(table[table.verifier == "rrs"].n) == [1, 2]

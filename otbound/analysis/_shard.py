@@ -11,28 +11,19 @@ import pandas as pd
 
 from otbound.analysis._config import AnalysisConfig
 from otbound.dumps import Dump, ShardData, acceptance_interval, prepare_distributions
-from otbound.evaluate import compare
+from otbound.evaluate import COMPARE_COLUMNS, compare
 
-#: Columns of the per-step table, in order.
+#: Columns of the per-step table: the step's metadata, the temperature, :func:`compare`'s
+#: columns, and the ends of the certified interval of ``α*`` (equal to it for full rows).
 STEP_COLUMNS: tuple[str, ...] = (
     "step",
     "prompt_id",
     "position",
     "token",
     "temperature",
-    "n",
-    "design",
-    "verifier",
-    "acceptance",
-    "ci_low",
-    "ci_high",
-    "exact",
-    "alpha_star",
+    *(c for c in COMPARE_COLUMNS if c != "step"),
     "alpha_star_lower",
     "alpha_star_upper",
-    "gap",
-    "ratio",
-    "trials",
 )
 
 _DTYPES = {
