@@ -230,6 +230,10 @@ class ImportanceSampling(BaseVerifier):
 
     # -- the protocol -------------------------------------------------------------------------
     def _acceptance(self, p, q, n):
+        if n >= 3:
+            tuples_count = math.prod(float(np.count_nonzero(s > 0)) for s in self._slots(q, n))
+            if tuples_count > MAX_TUPLES:
+                return None
         stages = self.stages(p, q, n)
         induced = self._induced(q, n, stages)
         accept = np.where(induced > 0, np.minimum(1.0, p / np.where(induced > 0, induced, 1.0)), 0)
@@ -240,9 +244,6 @@ class ImportanceSampling(BaseVerifier):
         if n == 2:
             slots = self._slots(q, n)
             return selected + _coincidence_two(stages[0], slots[0], slots[1], accept, rest)
-        tuples_count = math.prod(float(np.count_nonzero(s > 0)) for s in self._slots(q, n))
-        if tuples_count > MAX_TUPLES:
-            return None
         tuples, probs = self._spec.tuple_support(q, n)
         chosen = self.selection_probabilities(tuples, stages)
         fail = np.sum(chosen * (1.0 - accept[tuples]), axis=1)
