@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -367,15 +367,17 @@ COMPARE_COLUMNS = (
 )
 
 
-def _alpha_star_rows(p2: np.ndarray, q2: np.ndarray, n: int, design: str) -> np.ndarray:
+def _alpha_star_rows(
+    p2: np.ndarray, q2: np.ndarray, n: int, design: str, bound: Callable[..., object]
+) -> np.ndarray:
     """``α*`` per step; NaN where the design does not apply (``n`` above the support, hub n≠2)."""
     try:
-        return np.atleast_1d(np.asarray(optimal_acceptance(p2, q2, n, design), dtype=float))
+        return np.atleast_1d(np.asarray(bound(p2, q2, n, design), dtype=float))
     except ValueError:
         out = np.full(p2.shape[0], np.nan)
         for i in range(p2.shape[0]):
             try:
-                out[i] = optimal_acceptance(p2[i], q2[i], n, design)
+                out[i] = float(np.asarray(bound(p2[i], q2[i], n, design)))
             except ValueError:
                 pass
         return out
@@ -403,6 +405,7 @@ def compare(
     *,
     level: float = 0.95,
     step_ids: object = None,
+    bound: Callable[..., object] | None = None,
 ) -> pd.DataFrame:
     r"""Acceptance of each verifier next to its design's optimum, as a tidy table.
 
@@ -440,6 +443,9 @@ def compare(
     step_ids : array_like of int, shape (steps,), optional
         Ids for the steps (default ``0 .. steps − 1``): the ``step`` column and the Monte Carlo
         seeds use them, so a step analysed in any batch gets the same row.
+    bound : callable, optional
+        ``bound(p, q, n, design)`` → ``α*`` per row (default
+        :func:`otbound.optimal_acceptance`); e.g. the torch sweep on a GPU.
 
     Returns
     -------
@@ -489,7 +495,7 @@ def compare(
     rows: list[dict] = []
     for k in ns:
         stars = {
-            d: _alpha_star_rows(p2, q2, k, d)
+            d: _alpha_star_rows(p2, q2, k, d, bound or optimal_acceptance)
             for d in dict.fromkeys(vdesigns + bound_designs)
             if not get_design(d).slot_axis
         }
