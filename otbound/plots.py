@@ -48,7 +48,7 @@ def verifier_color(name: str) -> str:
 def _grid(panels: int, width: float = 4.3, height: float = 3.3) -> tuple[Figure, list[Axes]]:
     cols = min(3, max(panels, 1))
     rows = math.ceil(max(panels, 1) / cols)
-    fig = Figure(figsize=(width * cols, height * rows + 0.9), layout="constrained")
+    fig = Figure(figsize=(max(width * cols, 7.0), height * rows + 0.9), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False).ravel().tolist()
     for ax in axes[panels:]:
         ax.set_visible(False)
@@ -95,27 +95,23 @@ def _interval_band(ax: Axes, x, low, high, color: str, alpha: float = 0.15) -> N
 def _draw_series(ax: Axes, part: pd.DataFrame, x: str) -> None:
     """One design's panel: the bound (with its band) and a line per verifier."""
     bound = part[part["verifier"] == "bound"].sort_values(x)
-    if not bound.empty:
-        exact = bound["alpha_star"].notna().all()
-        centre = (
-            bound["alpha_star"]
-            if exact
-            else (bound["alpha_star_lower"] + bound["alpha_star_upper"]) / 2
+    if not bound.empty and bound["alpha_star"].notna().all():
+        ax.plot(bound[x], bound["alpha_star"], label="α* (optimal, bound)", **_BOUND_STYLE)
+        _interval_band(
+            ax, bound[x], bound["alpha_star_ci_low"], bound["alpha_star_ci_high"], "black"
         )
-        ax.plot(bound[x], centre, label="α* (optimal, bound)", **_BOUND_STYLE)
-        if exact:
-            _interval_band(
-                ax, bound[x], bound["alpha_star_ci_low"], bound["alpha_star_ci_high"], "black"
-            )
-        else:
-            _interval_band(
-                ax,
-                bound[x],
-                bound["alpha_star_lower"],
-                bound["alpha_star_upper"],
-                "black",
-                alpha=0.25,
-            )
+    elif not bound.empty:  # truncated rows: the certified interval, not a value
+        style = {**_BOUND_STYLE, "marker": "v"}
+        ax.plot(bound[x], bound["alpha_star_upper"], label="α* upper (top-k rows)", **style)
+        ax.plot(
+            bound[x],
+            bound["alpha_star_lower"],
+            label="α* lower (top-k rows)",
+            **{**style, "marker": "^", "linestyle": ":"},
+        )
+        _interval_band(
+            ax, bound[x], bound["alpha_star_lower"], bound["alpha_star_upper"], "black", 0.12
+        )
     for name, rows in part[part["verifier"] != "bound"].groupby("verifier", sort=False):
         rows = rows.sort_values(x)
         color = verifier_color(str(name))

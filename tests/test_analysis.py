@@ -286,3 +286,23 @@ def test_resume_refuses_other_settings(dump_dir, tmp_path: Path) -> None:
             progress=False,
             figures=False,
         )
+
+
+def test_torch_device_gives_the_numpy_rows(dump_dir) -> None:
+    pytest.importorskip("torch")
+    path, _, _ = dump_dir
+    dump = ob.open_dump(path)
+    kwargs = dict(
+        n=(1, 2, 3),
+        designs=("iid", "greedy", "topk", "hub", "without_replacement"),
+        verifiers=("rrs", "greedy", "spechub"),
+    )
+    numpy_rows = analyse_shard(dump, 0, AnalysisConfig(**kwargs)).rows
+    torch_rows = analyse_shard(dump, 0, AnalysisConfig(**kwargs, device="cpu")).rows
+    assert len(numpy_rows) == len(torch_rows) > 0
+    for column in ("alpha_star", "acceptance", "gap"):
+        np.testing.assert_allclose(torch_rows[column], numpy_rows[column], rtol=0, atol=1e-9)
+    assert (
+        AnalysisConfig(**kwargs, device="cpu").fingerprint()
+        == AnalysisConfig(**kwargs).fingerprint()
+    )

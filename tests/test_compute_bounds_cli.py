@@ -236,3 +236,14 @@ def test_script_runs_without_traceback(tmp_path: Path) -> None:
     assert result.stderr.strip().splitlines() == [
         f"compute_bounds: error: no dump at {tmp_path / 'x.npy'}: no such file or directory"
     ]
+
+
+def test_device_errors(dump: Path, tmp_path: Path, capsys) -> None:
+    torch = pytest.importorskip("torch")
+    code, _, err = run(capsys, dump, *FAST, "--out", tmp_path / "out", "--device", "gpu7")
+    assert code == 1 and "--device" in one_error_line(err)
+    if not torch.cuda.is_available():
+        code, _, err = run(capsys, dump, *FAST, "--out", tmp_path / "out", "--device", "cuda")
+        assert code == 1 and "no CUDA device" in one_error_line(err)
+    code, _, err = run(capsys, dump, *FAST, "--out", tmp_path / "out", "--device", "cpu")
+    assert code == 0, err

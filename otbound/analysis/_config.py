@@ -79,6 +79,10 @@ class AnalysisConfig:
         Cut both models to the smaller vocabulary when their widths differ.
     chunk_steps : int, default 256
         Steps processed at once; memory grows with ``chunk_steps × V``.
+    device : str, optional
+        Compute ``α*`` with torch on this device (``"cuda"``, ``"cpu"``...) for the designs
+        that have a torch sweep; default numpy. The results agree to 1e-9, so neither this nor
+        ``chunk_steps`` is part of :meth:`fingerprint`.
     """
 
     n: tuple[int, ...] = DEFAULT_N
@@ -92,6 +96,7 @@ class AnalysisConfig:
     skip_bad_steps: bool = False
     truncate_vocab: bool = False
     chunk_steps: int = field(default=256, compare=False)
+    device: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -128,6 +133,8 @@ class AnalysisConfig:
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
         set_(self, "chunk_steps", _positive_ints([self.chunk_steps], "chunk_steps")[0])
+        if self.device is not None and not isinstance(self.device, str):
+            raise ValueError(f"device must be a string such as 'cuda', got {self.device!r}")
 
     @property
     def verifier_names(self) -> tuple[str, ...]:
@@ -135,9 +142,11 @@ class AnalysisConfig:
         return self.verifiers if self.verifiers is not None else verifiers_for(self.designs)
 
     def to_dict(self) -> dict[str, Any]:
-        """The settings that determine the results (JSON-ready; ``chunk_steps`` left out)."""
+        """The settings that determine the results (JSON-ready; ``chunk_steps`` and ``device``
+        left out)."""
         out = asdict(self)
         out.pop("chunk_steps")
+        out.pop("device")
         out["verifiers"] = list(self.verifier_names)
         return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
 

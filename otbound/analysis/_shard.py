@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from otbound.analysis._config import AnalysisConfig
+from otbound.analysis._device import bound_on
 from otbound.dumps import Dump, ShardData, acceptance_interval, prepare_distributions
 from otbound.evaluate import COMPARE_COLUMNS, compare
 
@@ -100,6 +101,7 @@ def _full_rows(
         trials=config.mc_trials,
         seed=config.seed,
         step_ids=dist.step,
+        bound=bound_on(config.device),
     )
     frame["alpha_star_lower"] = frame["alpha_star"]
     frame["alpha_star_upper"] = frame["alpha_star"]

@@ -24,6 +24,7 @@ from otbound.analysis import (
     RunResult,
     run_analysis,
 )
+from otbound.analysis._device import check_device
 from otbound.cli._common import (
     EXIT_FAILURE,
     CommandError,
@@ -131,6 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--chunk-steps", type=int, default=256, help="steps processed at once (memory)"
     )
+    parser.add_argument(
+        "--device",
+        default=None,
+        help="compute α* of the iid, greedy, topk and hub designs with torch on this device "
+        "(cuda, cuda:1, cpu; needs otbound[torch]); default: numpy",
+    )
     parser.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no table")
     return parser
@@ -190,6 +197,10 @@ def make_config(args: argparse.Namespace, dump: Dump) -> AnalysisConfig:
             UserWarning,
             stacklevel=2,
         )
+    try:
+        check_device(args.device)
+    except ValueError as exc:
+        raise CommandError(f"--{exc}") from None
     too_many = [k for k in args.n if width is not None and k > width]
     if too_many:
         raise CommandError(
@@ -209,6 +220,7 @@ def make_config(args: argparse.Namespace, dump: Dump) -> AnalysisConfig:
             skip_bad_steps=args.skip_bad_steps,
             truncate_vocab=args.truncate_vocab,
             chunk_steps=_positive(args.chunk_steps, "--chunk-steps"),
+            device=args.device,
         )
     except ValueError as exc:
         text = str(exc).replace("top_k", "--top-k").replace("top_p", "--top-p")
