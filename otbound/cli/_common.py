@@ -1,5 +1,5 @@
-"""What every otbound command line shares: one-line errors and warnings, list options, and
-output directories that are checked before any work starts."""
+"""What every otbound command line shares: one-line errors and warnings, option tables, list
+options, and output directories that are checked before any work starts."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import os
 import sys
 import tempfile
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 T = TypeVar("T")
 
@@ -103,6 +103,21 @@ def list_option(convert: Callable[[str], T], option: str) -> Callable[[str], lis
 
     parse.__name__ = f"list of {getattr(convert, '__name__', 'values')}"
     return parse
+
+
+def add_options(
+    parser: argparse._ActionsContainer, options: Sequence[tuple[str, Mapping[str, Any]]]
+) -> None:
+    """Add options to a parser or an argument group, in order.
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser or argparse argument group
+    options : sequence of (str, mapping)
+        Each option's flag and the keywords of its ``add_argument`` call.
+    """
+    for flag, keywords in options:
+        parser.add_argument(flag, **keywords)
 
 
 def writable_directory(path: str | os.PathLike[str], option: str = "--out") -> Path:

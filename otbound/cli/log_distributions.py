@@ -20,6 +20,7 @@ from typing import Any
 from otbound.cli._common import (
     CommandError,
     OneLineParser,
+    add_options,
     run_command,
     writable_directory,
 )
@@ -52,6 +53,99 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+def _flag(text: str) -> dict[str, Any]:
+    """An on/off option (``store_true``) with help ``text``."""
+    return {"action": "store_true", "help": text}
+
+
+#: The command's options, by argument group: each option's flag and ``add_argument`` keywords.
+_OPTIONS: dict[str, tuple[tuple[str, dict[str, Any]], ...]] = {
+    "models": (
+        ("--target", dict(required=True, help="target model directory (or hub name); required")),
+        ("--draft", dict(required=True, help="draft model directory (or hub name)")),
+        (
+            "--tokenizer",
+            dict(
+                default=None,
+                help="tokenizer directory (default: the target's, when it holds one; needed for "
+                "text prompts; the logged vocabulary is cut to its length)",
+            ),
+        ),
+        (
+            "--dtype",
+            dict(choices=("float32", "float16", "bfloat16"), default="float32", help="model dtype"),
+        ),
+        (
+            "--device",
+            dict(default=None, help="torch device (default: cuda when present, else cpu)"),
+        ),
+        ("--trust-remote-code", _flag("allow model code from the checkpoint")),
+    ),
+    "prompts": (
+        (
+            "--prompts",
+            dict(
+                required=True,
+                help='JSON lines with "text", "input_ids" or "input_tokens", or a text file (one '
+                "prompt per line)",
+            ),
+        ),
+        ("--max-prompts", dict(type=int, default=None, help="use the first N prompts")),
+        ("--max-prompt-tokens", dict(type=int, default=None, help="truncate longer prompts")),
+        (
+            "--truncation-side",
+            dict(
+                choices=("left", "right"),
+                default="left",
+                help="left: drop a long prompt's first tokens (keep the last); right: keep the "
+                "first",
+            ),
+        ),
+        ("--no-special-tokens", _flag("tokenize text prompts without special tokens (no BOS)")),
+    ),
+    "generation": (
+        ("--max-new-tokens", dict(type=int, default=128, help="continuation length")),
+        ("--temperature", dict(type=float, default=1.0, help="sampling temperature (0: greedy)")),
+        ("--top-p", dict(type=float, default=1.0, help="nucleus sampling threshold")),
+        (
+            "--generator",
+            dict(
+                choices=("target", "draft"),
+                default="target",
+                help="the model whose samples form the text",
+            ),
+        ),
+        ("--ignore-eos", _flag("do not stop at end-of-sequence tokens")),
+        ("--seed", dict(type=int, default=0, help="seed (per prompt: seed and prompt id)")),
+        ("--batch-size", dict(type=int, default=8, help="prompts run at once")),
+    ),
+    "output": (
+        ("--out", dict(required=True, help="the dump directory")),
+        (
+            "--store",
+            dict(default="full", help="'full' rows or 'topk:K' (the K largest and logsumexp)"),
+        ),
+        (
+            "--storage-dtype",
+            dict(
+                choices=("float16", "bfloat16", "float32"),
+                default=None,
+                help="dtype of the stored logits (default: the model dtype; float32 for top-k)",
+            ),
+        ),
+        (
+            "--shard-steps",
+            dict(
+                type=int,
+                default=None,
+                help="steps per shard (default: up to 1024 and about 256 MiB)",
+            ),
+        ),
+        ("--resume", _flag("continue an interrupted dump at --out")),
+    ),
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (see ``--help``)."""
     parser = OneLineParser(
@@ -63,85 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         formatter_class=_HelpFormatter,
     )
-    models = parser.add_argument_group("models")
-    models.add_argument(
-        "--target", required=True, help="target model directory (or hub name); required"
-    )
-    models.add_argument("--draft", required=True, help="draft model directory (or hub name)")
-    models.add_argument(
-        "--tokenizer",
-        default=None,
-        help="tokenizer directory (default: the target's, when it holds one; needed for text "
-        "prompts; the logged vocabulary is cut to its length)",
-    )
-    models.add_argument(
-        "--dtype", choices=("float32", "float16", "bfloat16"), default="float32", help="model dtype"
-    )
-    models.add_argument(
-        "--device", default=None, help="torch device (default: cuda when present, else cpu)"
-    )
-    models.add_argument(
-        "--trust-remote-code", action="store_true", help="allow model code from the checkpoint"
-    )
-    prompts = parser.add_argument_group("prompts")
-    prompts.add_argument(
-        "--prompts",
-        required=True,
-        help='JSON lines with "text", "input_ids" or "input_tokens", or a text file (one '
-        "prompt per line)",
-    )
-    prompts.add_argument("--max-prompts", type=int, default=None, help="use the first N prompts")
-    prompts.add_argument(
-        "--max-prompt-tokens", type=int, default=None, help="truncate longer prompts"
-    )
-    prompts.add_argument(
-        "--truncation-side",
-        choices=("left", "right"),
-        default="left",
-        help="left: drop a long prompt's first tokens (keep the last); right: keep the first",
-    )
-    prompts.add_argument(
-        "--no-special-tokens",
-        action="store_true",
-        help="tokenize text prompts without special tokens (no BOS)",
-    )
-    gen = parser.add_argument_group("generation")
-    gen.add_argument("--max-new-tokens", type=int, default=128, help="continuation length")
-    gen.add_argument(
-        "--temperature", type=float, default=1.0, help="sampling temperature (0: greedy)"
-    )
-    gen.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold")
-    gen.add_argument(
-        "--generator",
-        choices=("target", "draft"),
-        default="target",
-        help="the model whose samples form the text",
-    )
-    gen.add_argument(
-        "--ignore-eos", action="store_true", help="do not stop at end-of-sequence tokens"
-    )
-    gen.add_argument("--seed", type=int, default=0, help="seed (per prompt: seed and prompt id)")
-    gen.add_argument("--batch-size", type=int, default=8, help="prompts run at once")
-    output = parser.add_argument_group("output")
-    output.add_argument("--out", required=True, help="the dump directory")
-    output.add_argument(
-        "--store", default="full", help="'full' rows or 'topk:K' (the K largest and logsumexp)"
-    )
-    output.add_argument(
-        "--storage-dtype",
-        choices=("float16", "bfloat16", "float32"),
-        default=None,
-        help="dtype of the stored logits (default: the model dtype; float32 for top-k)",
-    )
-    output.add_argument(
-        "--shard-steps",
-        type=int,
-        default=None,
-        help="steps per shard (default: up to 1024 and about 256 MiB)",
-    )
-    output.add_argument(
-        "--resume", action="store_true", help="continue an interrupted dump at --out"
-    )
+    for title, options in _OPTIONS.items():
+        add_options(parser.add_argument_group(title), options)
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
     return parser
 

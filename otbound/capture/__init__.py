@@ -1,0 +1,112 @@
+"""Logging target and draft next-token distributions from Hugging Face causal LMs.
+
+For each batch of prompts one model, the *generator* (the target by default), samples a
+continuation with its KV cache; then **both** models are run teacher-forced over the same
+token sequence (prompt + continuation), so their rows are aligned position by position. One
+step per continuation token is written to an otbound dump (:class:`otbound.dumps.DumpWriter`):
+
+* ``target_logits`` and ``draft_logits``: the raw logits (before temperature or filtering,
+  which are applied at analysis time) of the distribution of the token at ``position``
+  given the tokens before it, cut to the shared vocabulary (full rows or top-k rows);
+* Parquet metadata: ``prompt_id`` (the prompt's index in the prompt file, 0-based, blank
+  lines not counted), ``position`` (index of the predicted token in prompt + continuation,
+  0-based), ``token`` (the token that actually followed), ``prompt_length`` (tokens in the
+  prompt as run, after truncation) and ``last`` (true on the continuation's final step).
+
+Sampling is seeded per prompt (a ``torch.Generator`` seeded from ``(seed, prompt_id)``, drawn
+on the CPU), so the text does not depend on batching or on the device's random numbers, and
+a run interrupted and resumed (``resume=True``) gives the dump an uninterrupted run gives.
+Batches are left-padded with attention masks and position ids counted from each row's first
+real token, so batched and unbatched runs log the same rows (to float rounding).
+
+    python scripts/log_distributions.py --target DIR --draft DIR --prompts FILE --out DUMP
+
+:func:`log_distributions` does the whole run. Its parts can be used alone: prompts
+(:func:`read_prompts`), models and tokenizers (:func:`load_model`, :func:`load_tokenizer`),
+the shared vocabulary (:func:`plan_vocabulary`), sampling and forward passes
+(:func:`generate_continuations`, :func:`teacher_forced_logits`, :func:`aligned_logits`) and
+resuming (:func:`dump_progress`, :func:`check_resumable`). Every refusal is a
+:class:`CaptureError` with a one-line message.
+
+Needs ``torch`` and ``transformers`` (``pip install 'otbound[torch]'``); ``import otbound``
+does not import this package.
+"""
+
+from otbound.capture._errors import CaptureError, out_of_memory_guard
+from otbound.capture._generate import (
+    AlignedSteps,
+    aligned_logits,
+    generate_continuations,
+    left_pad,
+    prompt_generator,
+    sample_tokens,
+    teacher_forced_logits,
+)
+from otbound.capture._manifest import CAPTURE_VERSION
+from otbound.capture._models import (
+    MODEL_DTYPES,
+    TOKENIZER_FILES,
+    context_length,
+    embedding_rows,
+    eos_token_ids,
+    has_tokenizer,
+    is_hub_name,
+    load_model,
+    load_tokenizer,
+    logit_width,
+    model_name,
+    resolve_device,
+)
+from otbound.capture._prompts import (
+    TRUNCATION_SIDES,
+    Prompt,
+    prompt_file_info,
+    prompt_format,
+    read_prompts,
+)
+from otbound.capture._resume import RESUME_KEYS, DumpProgress, check_resumable, dump_progress
+from otbound.capture._run import log_distributions
+from otbound.capture._settings import GENERATORS, STORAGE_DTYPES
+from otbound.capture._shards import MAX_SHARD_STEPS, SHARD_BYTES
+from otbound.capture._vocabulary import Vocabulary, plan_vocabulary
+
+__all__ = [
+    "CAPTURE_VERSION",
+    "GENERATORS",
+    "MAX_SHARD_STEPS",
+    "MODEL_DTYPES",
+    "RESUME_KEYS",
+    "SHARD_BYTES",
+    "STORAGE_DTYPES",
+    "TOKENIZER_FILES",
+    "TRUNCATION_SIDES",
+    "AlignedSteps",
+    "CaptureError",
+    "DumpProgress",
+    "Prompt",
+    "Vocabulary",
+    "aligned_logits",
+    "check_resumable",
+    "context_length",
+    "dump_progress",
+    "embedding_rows",
+    "eos_token_ids",
+    "generate_continuations",
+    "has_tokenizer",
+    "is_hub_name",
+    "left_pad",
+    "load_model",
+    "load_tokenizer",
+    "log_distributions",
+    "logit_width",
+    "model_name",
+    "out_of_memory_guard",
+    "plan_vocabulary",
+    "prompt_file_info",
+    "prompt_format",
+    "prompt_generator",
+    "read_prompts",
+    "resolve_device",
+    "sample_tokens",
+    "teacher_forced_logits",
+]

@@ -1,0 +1,206 @@
+"""Models and tokenizers: loaded from directories or hub names, and what they declare."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from otbound.capture._errors import CaptureError, _first_line, out_of_memory_guard
+
+#: Model dtypes, by name.
+MODEL_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+#: Files that mark a directory as holding a tokenizer.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "spiece.model",
+)
+
+
+def resolve_device(device: str | torch.device | None = None) -> torch.device:
+    """``device`` checked, or ``cuda`` when CUDA is present, else ``cpu``."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        raise CaptureError(f"device {device!r}: {_first_line(exc)}") from None
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise CaptureError(f"device {device!r}: CUDA is not available on this machine")
+    return resolved
+
+
+def is_hub_name(text: str) -> bool:
+    """Whether ``text`` reads as a Hugging Face hub name (``"gpt2"``, ``"org/model"``)."""
+    return re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", text) is not None
+
+
+def _model_source(path: str | Path) -> tuple[str, bool]:
+    """Where to load from and whether it is a local directory; missing paths are refused."""
+    text = str(path)
+    local = Path(text).expanduser()
+    if local.exists():
+        if not local.is_dir():
+            raise CaptureError(f"{text}: not a model directory (it is a file)")
+        if not (local / "config.json").is_file():
+            raise CaptureError(f"{text}: no config.json: not a Hugging Face model directory")
+        return str(local.resolve()), True
+    if isinstance(path, Path) or not is_hub_name(text):
+        raise CaptureError(f"{text}: no such model directory")
+    return text, False
+
+
+def _model_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in MODEL_DTYPES:
+        raise CaptureError(f"dtype must be one of {', '.join(MODEL_DTYPES)}, got {dtype!r}")
+    return MODEL_DTYPES[dtype]
+
+
+def load_model(
+    path: str | Path,
+    dtype: str | torch.dtype = "float32",
+    device: str | torch.device | None = None,
+    *,
+    trust_remote_code: bool = False,
+) -> Any:
+    """A causal LM from a local directory (or a hub name), in eval mode on ``device``.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        A Hugging Face model directory (``config.json`` and weights), or a hub name
+        (``"org/model"``), which needs the network or the local hub cache.
+    dtype : {"float32", "float16", "bfloat16"} or torch.dtype, default "float32"
+    device : str or torch.device, optional
+        Default: ``cuda`` when present, else ``cpu``.
+    trust_remote_code : bool, default False
+        Allow model code shipped with the checkpoint.
+
+    Returns
+    -------
+    transformers.PreTrainedModel
+
+    Raises
+    ------
+    CaptureError
+        A missing directory, one without a causal LM, weights that cannot be read, or no
+        memory left on the device.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    source, local = _model_source(path)
+    torch_dtype = _model_dtype(dtype)
+    target_device = resolve_device(device)
+    where = "" if local else " (not a local directory; tried the Hugging Face hub)"
+    try:
+        config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
+    except Exception as exc:
+        raise CaptureError(
+            f"{path}: cannot read the model config{where}: {_first_line(exc)}"
+        ) from None
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            source, config=config, dtype=torch_dtype, trust_remote_code=trust_remote_code
+        )
+    except ValueError as exc:
+        if "Unrecognized configuration class" in str(exc):
+            raise CaptureError(
+                f"{path}: holds no causal language model (model type "
+                f"{getattr(config, 'model_type', '?')!r} has no causal-LM head)"
+            ) from None
+        raise CaptureError(f"{path}: cannot load the model: {_first_line(exc)}") from None
+    except Exception as exc:
+        raise CaptureError(f"{path}: cannot load the model{where}: {_first_line(exc)}") from None
+    with out_of_memory_guard(None, "loading the model"):
+        model.to(target_device)
+    return model.eval()
+
+
+def has_tokenizer(path: str | Path) -> bool:
+    """Whether a local directory holds tokenizer files."""
+    local = Path(path).expanduser()
+    return local.is_dir() and any((local / name).is_file() for name in TOKENIZER_FILES)
+
+
+def load_tokenizer(path: str | Path, *, trust_remote_code: bool = False) -> Any:
+    """A tokenizer from a local directory or a hub name.
+
+    Raises
+    ------
+    CaptureError
+        It cannot be loaded (the message says why).
+    """
+    from transformers import AutoTokenizer
+
+    text = str(path)
+    local = Path(text).expanduser()
+    if not local.exists() and (isinstance(path, Path) or not is_hub_name(text)):
+        raise CaptureError(f"{text}: no such tokenizer directory")
+    if local.is_dir() and not has_tokenizer(local):
+        raise CaptureError(f"{text}: holds no tokenizer files ({', '.join(TOKENIZER_FILES)})")
+    source = str(local.resolve()) if local.exists() else text
+    where = "" if local.exists() else " (not a local directory; tried the Hugging Face hub)"
+    try:
+        return AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+    except Exception as exc:
+        raise CaptureError(
+            f"{text}: cannot load the tokenizer{where}: {_first_line(exc)}"
+        ) from None
+
+
+def model_name(model: Any) -> str:
+    """What a model was loaded from (``name_or_path``), for the manifest."""
+    return str(getattr(model, "name_or_path", "") or type(model).__name__)
+
+
+def logit_width(model: Any) -> int:
+    """Number of logits the model produces per position."""
+    head = model.get_output_embeddings()
+    weight = getattr(head, "weight", None)
+    if weight is not None:
+        return int(weight.shape[0])
+    return int(model.config.get_text_config().vocab_size)
+
+
+def embedding_rows(model: Any) -> int:
+    """Rows of the input embedding: token ids must lie below this."""
+    return int(model.get_input_embeddings().weight.shape[0])
+
+
+def context_length(model: Any) -> int | None:
+    """The positions the model's config declares (None when it declares none)."""
+    config = model.config.get_text_config()
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def eos_token_ids(model: Any, tokenizer: Any = None) -> list[int]:
+    """End-of-sequence ids the generation config, the config and the tokenizer define."""
+    found: list[int] = []
+    sources = (getattr(model, "generation_config", None), model.config, tokenizer)
+    for source in sources:
+        value = getattr(source, "eos_token_id", None) if source is not None else None
+        values = value if isinstance(value, (list, tuple)) else [value]
+        found += [int(v) for v in values if isinstance(v, int)]
+    return sorted(set(found))
+
+
+def _model_device(model: Any) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _dtype_name(model: Any) -> str:
+    dtype = next(model.parameters()).dtype
+    names = {v: k for k, v in MODEL_DTYPES.items()}
+    return names.get(dtype, str(dtype).removeprefix("torch."))

@@ -1,0 +1,112 @@
+"""A run's settings, checked before any work, and the prompts checked against the models."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from otbound.capture._errors import CaptureError, _check_limits
+from otbound.capture._models import context_length
+from otbound.capture._prompts import Prompt
+from otbound.capture._vocabulary import Vocabulary
+from otbound.dumps._format import DumpError, parse_storage
+
+#: Models whose samples may form the text.
+GENERATORS = ("target", "draft")
+#: Dtypes the logits may be stored in.
+STORAGE_DTYPES = ("float16", "bfloat16", "float32")
+
+
+@dataclass(frozen=True)
+class _Settings:
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    generator: str
+    batch_size: int
+    topk: int | None
+    storage_dtype: str
+    seed: int
+    stop_at_eos: bool
+
+
+def _check_settings(
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    generator: str,
+    batch_size: int,
+    store: str,
+    storage_dtype: str | None,
+    shard_steps: int | None,
+    seed: int,
+    model_dtype: str,
+    stop_at_eos: bool,
+) -> _Settings:
+    _check_limits(max_new_tokens=max_new_tokens, batch_size=batch_size, shard_steps=shard_steps)
+    if not temperature >= 0 or not np.isfinite(temperature):
+        raise CaptureError(f"temperature must be >= 0, got {temperature}")
+    if not 0 < top_p <= 1:
+        raise CaptureError(f"top_p must be in (0, 1], got {top_p}")
+    if generator not in GENERATORS:
+        raise CaptureError(f"generator must be 'target' or 'draft', got {generator!r}")
+    if seed < 0:
+        raise CaptureError(f"seed must be >= 0, got {seed}")
+    try:
+        topk = parse_storage(store, "store")
+    except DumpError as exc:
+        raise CaptureError(str(exc)) from None
+    if storage_dtype is None:
+        storage_dtype = "float32" if topk is not None else model_dtype
+    if storage_dtype not in STORAGE_DTYPES:
+        raise CaptureError(
+            f"storage_dtype must be one of {', '.join(STORAGE_DTYPES)}, got {storage_dtype!r}"
+        )
+    if topk is not None and storage_dtype != "float32":
+        raise CaptureError(f"top-k storage needs storage_dtype float32, got {storage_dtype}")
+    return _Settings(
+        max_new_tokens,
+        float(temperature),
+        float(top_p),
+        generator,
+        batch_size,
+        topk,
+        storage_dtype,
+        int(seed),
+        stop_at_eos,
+    )
+
+
+def _check_prompts(
+    prompts: Sequence[Prompt], vocab: Vocabulary, models: Mapping[str, Any], new_tokens: int
+) -> None:
+    """Token ids inside the vocabulary; prompt + continuation inside each model's context."""
+    ids = [p.id for p in prompts]
+    if len(set(ids)) != len(ids):
+        raise CaptureError("prompt ids must be distinct")
+    contexts = {side: context_length(m) for side, m in models.items()}
+    for side, context in contexts.items():
+        if context is not None and new_tokens >= context:
+            raise CaptureError(
+                f"max_new_tokens {new_tokens} leaves no room for a prompt in the {side}'s "
+                f"context of {context} positions"
+            )
+    for prompt in prompts:
+        if not prompt.input_ids:
+            raise CaptureError(f"{prompt.where}: the prompt is empty")
+        if max(prompt.input_ids) >= vocab.size:
+            raise CaptureError(
+                f"{prompt.where}: token id {max(prompt.input_ids)} is beyond the vocabulary "
+                f"({vocab.size} tokens): the prompts do not fit these models"
+            )
+        for side, context in contexts.items():
+            if context is not None and len(prompt.input_ids) + new_tokens > context:
+                raise CaptureError(
+                    f"{prompt.where}: {len(prompt.input_ids)} prompt tokens + max_new_tokens "
+                    f"{new_tokens} exceed the {side}'s context of {context} positions; set "
+                    f"max_prompt_tokens to {context - new_tokens} or fewer"
+                )
