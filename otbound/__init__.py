@@ -3,7 +3,7 @@
 The public API is re-exported here; see the README and ``help(otbound.optimal_acceptance)``.
 """
 
-from otbound import dumps
+from otbound import dumps, trees
 from otbound.bounds import (
     DualResult,
     LPError,
@@ -19,6 +19,15 @@ from otbound.drafts import DESIGNS, DraftDesign, get_design
 from otbound.dumps import DumpError, DumpWriter, open_dump
 from otbound.evaluate import LosslessResult, check_lossless, compare
 from otbound.logits import softmax
+from otbound.trees import (
+    best_tree,
+    block_efficiency,
+    bound_block_efficiency,
+    chain,
+    kary_tree,
+    positional_acceptance,
+    predict_tokens_per_call,
+)
 from otbound.verifiers import (
     VERIFIERS,
     BaseVerifier,
@@ -42,16 +51,24 @@ __all__ = [
     "SpecHubLPResult",
     "SweepResult",
     "Verifier",
+    "best_tree",
+    "block_efficiency",
+    "bound_block_efficiency",
+    "chain",
     "check_lossless",
     "compare",
     "dumps",
     "get_design",
     "get_verifier",
+    "kary_tree",
     "open_dump",
     "optimal_acceptance",
+    "positional_acceptance",
+    "predict_tokens_per_call",
     "softmax",
     "solve_dual",
     "solve_primal",
     "solve_spechub_lp",
+    "trees",
 ]
 __version__ = "0.1.0"
