@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -42,7 +43,7 @@ def verifier_color(name: str) -> str:
     palette = [f"C{i}" for i in range(10)]
     if name in VERIFIERS:
         return palette[VERIFIERS.index(name) % 10]
-    return palette[hash(name) % 10]
+    return palette[zlib.crc32(name.encode()) % 10]  # stable across processes
 
 
 def _grid(panels: int, width: float = 4.3, height: float = 3.3) -> tuple[Figure, list[Axes]]:
