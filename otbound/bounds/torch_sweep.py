@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from otbound._checks import SUM_TOLERANCE, as_num_drafts
-from otbound.drafts import DESIGNS
+from otbound.drafts import DESIGNS, DraftDesign
 
 #: Designs this module computes, in the order error messages list them.
 TORCH_DESIGNS: tuple[str, ...] = ("iid", "greedy", "topk", "hub")
@@ -78,7 +78,9 @@ def _check_distribution(t: torch.Tensor, name: str, *, normalize: bool) -> torch
     The checks and messages are those of :func:`otbound._checks.as_distribution`.
     """
     if t.ndim < 1:
-        raise ValueError(f"{name} must have at least 1 axis(es) (..., V), got shape {tuple(t.shape)}")
+        raise ValueError(
+            f"{name} must have at least 1 axis(es) (..., V), got shape {tuple(t.shape)}"
+        )
     if t.shape[-1] == 0:
         raise ValueError(f"{name} has an empty vocabulary (last axis of length 0)")
     finite = torch.isfinite(t)
@@ -205,7 +207,7 @@ def optimal_acceptance_torch(
     p: object,
     q: object,
     n: int = 2,
-    design: str = "iid",
+    design: str | DraftDesign = "iid",
     *,
     device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float64,
@@ -238,8 +240,8 @@ def optimal_acceptance_torch(
         Draft distributions; batch axes broadcast against ``p``'s.
     n : int, default 2
         Number of drafts.
-    design : {"iid", "greedy", "topk", "hub"}, default "iid"
-        The draft design (see :mod:`otbound.drafts`); the other designs of
+    design : {"iid", "greedy", "topk", "hub"} or DraftDesign, default "iid"
+        The draft design (see :mod:`otbound.drafts`), by name or instance; the other designs of
         :data:`otbound.DESIGNS` are computed by :func:`otbound.optimal_acceptance` only.
     device : torch.device or str, optional
         Where to compute (``"cuda"``, ``"cpu"``...). Default: ``p``'s device when ``p`` is a
@@ -277,12 +279,12 @@ def optimal_acceptance_torch(
     --------
     >>> import torch
     >>> from otbound.bounds.torch_sweep import optimal_acceptance_torch
-    >>> float(optimal_acceptance_torch([0.3, 0.4, 0.3], [0.6, 0.3, 0.1], n=1))
+    >>> round(float(optimal_acceptance_torch([0.3, 0.4, 0.3], [0.6, 0.3, 0.1], n=1)), 12)
     0.7
     >>> p = torch.tensor([[0.3, 0.4, 0.3], [0.5, 0.5, 0.0]], dtype=torch.float64)
     >>> q = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.2, 0.6]], dtype=torch.float64)
     >>> optimal_acceptance_torch(p, q, n=2, design="greedy")
-    tensor([1.0000, 0.7500], dtype=torch.float64)
+    tensor([0.9500, 1.0000], dtype=torch.float64)
     """
     name = _design_name(design)
     n = as_num_drafts(n)

@@ -1,0 +1,265 @@
+"""The torch sweeps equal the numpy path (and brute force), batched, with the same errors."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import otbound as ob  # noqa: E402
+from otbound.bounds.torch_sweep import TORCH_DESIGNS, optimal_acceptance_torch  # noqa: E402
+
+TOL = 1e-9
+DISTINCT = ("greedy", "hub")
+CUDA = torch.cuda.is_available()
+
+
+def _normalise(x: np.ndarray) -> np.ndarray:
+    return x / x.sum(axis=-1, keepdims=True)
+
+
+def _row(rng: np.random.Generator, vocab: int, kind: str) -> np.ndarray:
+    """One distribution of a kind: flat, spiky, zeros, tiny, onehot, grid (ties), uniform."""
+    if kind == "flat":
+        return _normalise(rng.dirichlet(np.ones(vocab)))
+    if kind == "spiky":  # a few tokens carry the mass; the rest underflow or are zeroed
+        x = rng.dirichlet(np.full(vocab, 0.1)) if vocab <= 64 else rng.pareto(0.7, vocab) ** 4
+        x[rng.random(vocab) < 0.3] = 0.0
+        if x.sum() == 0:
+            x[rng.integers(vocab)] = 1.0
+        return _normalise(x)
+    if kind == "zeros":  # a random subset of the support only
+        x = rng.random(vocab) * (rng.random(vocab) < 0.5)
+        if x.sum() == 0:
+            x[rng.integers(vocab)] = 1.0
+        return _normalise(x)
+    if kind == "tiny":
+        x = rng.dirichlet(np.ones(vocab))
+        x[rng.random(vocab) < 0.4] = 1e-30
+        return _normalise(x)
+    if kind == "onehot":
+        x = np.zeros(vocab)
+        x[rng.integers(vocab)] = 1.0
+        return x
+    if kind == "grid":  # masses k/4: many equal q's and equal ratios p/q
+        x = rng.integers(0, 5, vocab).astype(float)
+        if x.sum() == 0:
+            x[rng.integers(vocab)] = 1.0
+        return _normalise(x)
+    if kind == "logits":  # softmax of Gaussian logits, like a language model's
+        z = rng.standard_normal(vocab) * 3.0
+        return _normalise(np.exp(z - z.max()))
+    if kind == "uniform":
+        return np.full(vocab, 1.0 / vocab)
+    raise ValueError(kind)
+
+
+KINDS = ("flat", "spiky", "zeros", "tiny", "onehot", "grid", "logits", "uniform")
+
+
+def _batch(rng: np.random.Generator, rows: int, vocab: int) -> tuple[np.ndarray, np.ndarray]:
+    """(p, q) of shape (rows, vocab) with kinds drawn independently for p and q per row."""
+    p = np.stack([_row(rng, vocab, KINDS[rng.integers(len(KINDS))]) for _ in range(rows)])
+    q = np.stack([_row(rng, vocab, KINDS[rng.integers(len(KINDS))]) for _ in range(rows)])
+    return p, q
+
+
+def _valid_rows(design: str, q: np.ndarray, n: int) -> np.ndarray:
+    """Rows of ``q`` the design accepts ``n`` drafts for."""
+    if design in DISTINCT:
+        return np.count_nonzero(q > 0, axis=-1) >= n
+    return np.ones(q.shape[0], dtype=bool)
+
+
+def _compare(p: np.ndarray, q: np.ndarray, n: int, design: str, **kw) -> float:
+    """Largest |torch − numpy| over the rows (both must give the batch's shape)."""
+    expected = np.atleast_1d(ob.optimal_acceptance(p, q, n=n, design=design))
+    got = optimal_acceptance_torch(p, q, n=n, design=design, **kw)
+    assert isinstance(got, torch.Tensor)
+    assert got.dtype == torch.float64
+    assert tuple(got.shape) == p.shape[:-1]
+    return float(np.max(np.abs(np.atleast_1d(got.cpu().numpy()) - expected)))
+
+
+@pytest.mark.parametrize("design", TORCH_DESIGNS)
+def test_matches_numpy_on_small_cases(design, gen):
+    """One step at a time, the shared generators' cases (V 2..9, every kind, n up to 8)."""
+    cases = gen.cases(design, 400, seed=901 + TORCH_DESIGNS.index(design), vocab=(2, 9), max_n=8)
+    failures = []
+    for case in cases:
+        err = _compare(case.p, case.q, case.n, design)
+        if not err <= TOL:
+            failures.append(f"{case}: |torch - numpy| = {err:.3g}")
+    assert not failures, f"{len(failures)} of {len(cases)} failed:\n" + "\n".join(failures[:5])
+
+
+@pytest.mark.parametrize("design", TORCH_DESIGNS)
+@pytest.mark.parametrize("vocab", [2, 3, 5, 17, 64, 257, 1000, 5000])
+def test_matches_numpy_batched(design, vocab):
+    """Batches of mixed rows (zeros, one-hot rows, ties, tiny masses), many seeds, n 1..8."""
+    worst = 0.0
+    checked = 0
+    ns = [2] if design == "hub" else range(1, 9)
+    for seed in range(6 if vocab <= 1000 else 2):
+        rng = np.random.default_rng([vocab, seed, TORCH_DESIGNS.index(design)])
+        p, q = _batch(rng, 48 if vocab <= 1000 else 16, vocab)
+        for n in ns:
+            if design == "topk" and n > vocab:
+                continue
+            keep = _valid_rows(design, q, n)
+            if not keep.any():
+                continue
+            worst = max(worst, _compare(p[keep], q[keep], n, design))
+            checked += int(keep.sum())
+    assert checked > 0
+    assert worst <= TOL, f"|torch - numpy| up to {worst:.3g}"
+
+
+@pytest.mark.parametrize("design", TORCH_DESIGNS)
+def test_ties_go_to_the_lower_token_id(design):
+    """Equal draft masses at the top: the numpy path's tie-breaking (lower id) is matched, and
+    the tie matters (different choices would give different values)."""
+    n = 2
+    q = np.array([0.1, 0.3, 0.3, 0.3])
+    p = np.array([0.1, 0.0, 0.2, 0.7])  # the token picked among 1, 2, 3 changes α*
+    got = float(optimal_acceptance_torch(p, q, n=n, design=design))
+    want = ob.optimal_acceptance(p, q, n=n, design=design)
+    assert abs(got - want) <= TOL
+    if design == "topk":
+        assert abs(got - 0.2) <= TOL  # T = {1, 2}
+    if design in ("greedy", "hub"):  # T = {1}, r = (1/7, 0, 3/7, 3/7)
+        assert abs(got - (0.0 + 0.1 + 0.2 + 3 / 7)) <= TOL
+
+
+def test_iid_matches_brute_force():
+    """``iid`` against ``1 + min_H [p(H) − q(H)^n]`` over all 2^V subsets (V ≤ 8)."""
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        vocab = int(rng.integers(2, 9))
+        p = _row(rng, vocab, KINDS[rng.integers(len(KINDS))])
+        q = _row(rng, vocab, KINDS[rng.integers(len(KINDS))])
+        n = int(rng.integers(1, 6))
+        best = 0.0
+        for bits in itertools.product([False, True], repeat=vocab):
+            h = np.array(bits)
+            best = min(best, p[h].sum() - q[h].sum() ** n)
+        got = float(optimal_acceptance_torch(p, q, n=n))
+        assert abs(got - min(1.0, 1.0 + best)) <= TOL, (p.tolist(), q.tolist(), n)
+
+
+def test_closed_forms_by_hand():
+    p = np.array([0.3, 0.4, 0.3])
+    q = np.array([0.6, 0.3, 0.1])
+    assert abs(float(optimal_acceptance_torch(p, q, n=1)) - 0.7) <= TOL
+    assert abs(float(optimal_acceptance_torch(p, q, n=2, design="topk")) - 0.7) <= TOL
+    # greedy n=2 = hub: T = {0}, r = (0, .75, .25): .3 + .4 + .25
+    for design in ("greedy", "hub"):
+        assert abs(float(optimal_acceptance_torch(p, q, n=2, design=design)) - 0.95) <= TOL
+    # greedy with n=1 samples one draft from q: Σ min(p, q)
+    assert abs(float(optimal_acceptance_torch(p, q, n=1, design="greedy")) - 0.7) <= TOL
+
+
+def test_inputs_shapes_and_devices():
+    rng = np.random.default_rng(3)
+    p, q = _batch(rng, 6, 11)
+    want = ob.optimal_acceptance(p, q, n=3)
+    # numpy, lists and tensors in; a float64 tensor out, on the requested device
+    for args in [(p, q), (p.tolist(), q.tolist()), (torch.from_numpy(p), torch.from_numpy(q))]:
+        got = optimal_acceptance_torch(*args, n=3, device="cpu")
+        assert got.device.type == "cpu" and got.dtype == torch.float64
+        assert np.max(np.abs(got.numpy() - want)) <= TOL
+    # float32 tensors are computed in float64 by default; float32 on request
+    got32 = optimal_acceptance_torch(torch.from_numpy(p).float(), torch.from_numpy(q).float(), 3)
+    assert got32.dtype == torch.float64
+    assert np.max(np.abs(got32.numpy() - want)) <= 1e-6
+    low = optimal_acceptance_torch(p, q, 3, dtype=torch.float32)
+    assert low.dtype == torch.float32 and np.max(np.abs(low.numpy() - want)) <= 1e-5
+    # a 1-D input gives a 0-dimensional tensor
+    one = optimal_acceptance_torch(p[0], q[0], n=3)
+    assert one.shape == () and abs(float(one) - want[0]) <= TOL
+    # batch axes broadcast as in the numpy path: p (V,) against q (2, 3, V)
+    q3 = q.reshape(2, 3, 11)
+    got = optimal_acceptance_torch(p[0], q3, n=2, design="greedy")
+    assert tuple(got.shape) == (2, 3)
+    assert np.max(np.abs(got.numpy() - ob.optimal_acceptance(p[0], q3, 2, "greedy"))) <= TOL
+    # chunking does not change anything
+    a = optimal_acceptance_torch(p, q, 4, chunk_elements=1)
+    b = optimal_acceptance_torch(p, q, 4)
+    assert torch.equal(a, b)
+    # rows within the tolerance are rescaled, as in the numpy path; normalize=True rescales any
+    off = p * (1 + 5e-7)
+    assert np.max(np.abs(optimal_acceptance_torch(off, q, 3).numpy() - want)) <= TOL
+    scaled = optimal_acceptance_torch(p * 3, q, 3, normalize=True)
+    assert np.max(np.abs(scaled.numpy() - want)) <= TOL
+
+
+@pytest.mark.skipif(not CUDA, reason="no CUDA device")
+@pytest.mark.parametrize("design", TORCH_DESIGNS)
+def test_cuda_matches_numpy(design):
+    rng = np.random.default_rng(11)
+    p, q = _batch(rng, 64, 3000)
+    n = 2
+    keep = _valid_rows(design, q, n)
+    got = optimal_acceptance_torch(p[keep], q[keep], n=n, design=design, device="cuda")
+    assert got.device.type == "cuda"
+    want = ob.optimal_acceptance(p[keep], q[keep], n=n, design=design)
+    assert np.max(np.abs(got.cpu().numpy() - want)) <= TOL
+    on_device = optimal_acceptance_torch(
+        torch.from_numpy(p[keep]).cuda(), torch.from_numpy(q[keep]).cuda(), n=n, design=design
+    )
+    assert on_device.device.type == "cuda"
+
+
+P = [0.3, 0.4, 0.3]
+Q = [0.6, 0.3, 0.1]
+
+#: (p, q, n, design, part of the message); each also raised by the numpy path, same message.
+BAD = [
+    ([0.3, np.nan, 0.7], Q, 2, "iid", "p contains NaN at index (1,)"),
+    (P, [0.6, np.inf, 0.1], 2, "iid", "q contains an infinite value"),
+    (P, [0.7, -0.1, 0.4], 2, "iid", "q has a negative entry -0.1 at index (1,)"),
+    (P, [2.0, -1.0, 0.5], 2, "iid", "looks like logits"),
+    ([0.3, 0.4, 0.4], Q, 2, "iid", "rows of p must sum to 1 within 1e-06"),
+    ([[0.3, 0.4, 0.3], [0.5, 0.6, 0.0]], Q, 2, "iid", "the row in row (1,) sums to 1.1"),
+    (P, [[0.6, 0.3, 0.1], [0.0, 0.0, 0.0]], 2, "iid", "q has a row of zeros in row (1,)"),
+    (P, [0.5, 0.5], 2, "iid", "same vocabulary size (last axis), got 3 and 2"),
+    ([P, P], [Q, Q, Q], 2, "iid", "do not broadcast"),
+    (0.5, Q, 2, "iid", "p must have at least 1 axis"),
+    ([], [], 2, "iid", "empty vocabulary"),
+    (P, Q, 0, "iid", "n must be an integer >= 1, got 0"),
+    (P, Q, 2.5, "iid", "n must be an integer >= 1"),
+    (P, Q, True, "iid", "n must be an integer >= 1"),
+    (P, Q, 4, "topk", "n=4 is larger than the vocabulary size V=3"),
+    (P, Q, 4, "greedy", "n=4 is larger than the vocabulary size V=3"),
+    (P, [0.5, 0.5, 0.0], 3, "greedy", "n=3 is larger than the support of q (2 tokens"),
+    (P, [[0.6, 0.3, 0.1], [1.0, 0.0, 0.0]], 2, "hub", "support of q in row (1,) (1 tokens"),
+    (P, Q, 3, "hub", "design 'hub' is defined for n=2 only, got n=3"),
+    (P, Q, 2, "bogus", "unknown design 'bogus'"),
+    ("abc", Q, 2, "iid", "p must be an array of probabilities"),
+]
+
+
+@pytest.mark.parametrize(("p", "q", "n", "design", "message"), BAD)
+def test_bad_input_raises_like_numpy(p, q, n, design, message):
+    with pytest.raises(ValueError) as torch_err:
+        optimal_acceptance_torch(p, q, n=n, design=design)
+    assert message in str(torch_err.value)
+    with pytest.raises(ValueError) as numpy_err:
+        ob.optimal_acceptance(p, q, n=n, design=design)
+    if design != "bogus":  # the torch message lists its own designs
+        assert str(torch_err.value) == str(numpy_err.value)
+
+
+def test_design_messages_name_the_valid_ones():
+    with pytest.raises(ValueError, match="valid designs: iid, greedy, topk, hub"):
+        optimal_acceptance_torch(P, Q, n=2, design="bogus")
+    with pytest.raises(ValueError, match="has no torch sweep; valid designs here: iid"):
+        optimal_acceptance_torch(P, Q, n=2, design="without_replacement")
+    assert optimal_acceptance_torch(P, Q, n=2, design=ob.get_design("hub")).item() > 0
+    with pytest.raises(ValueError, match="dtype must be a floating torch dtype"):
+        optimal_acceptance_torch(P, Q, n=2, dtype=torch.int64)
+    with pytest.raises(ValueError, match="chunk_elements must be a positive integer"):
+        optimal_acceptance_torch(P, Q, n=2, chunk_elements=0)
