@@ -21,6 +21,8 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+from bench_bounds import lm_like as lm_like_logits
+from scipy.special import softmax
 
 import otbound as ob
 from otbound.bounds.torch_sweep import TORCH_DESIGNS, optimal_acceptance_torch
@@ -42,17 +44,9 @@ def machine() -> str:
 
 
 def lm_like(steps: int, vocab: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Probabilities (steps, vocab) of Zipf-shaped target logits and a noisy re-tempered draft."""
-    rng = np.random.default_rng(seed)
-    log_rank = np.log(np.arange(1, vocab + 1))
-    sharp = rng.uniform(0.8, 2.0, size=(steps, 1))
-    target = -sharp * log_rank[rng.permuted(np.tile(np.arange(vocab), (steps, 1)), axis=1)]
-    draft = (target + 1.5 * rng.standard_normal((steps, vocab))) / rng.uniform(0.8, 1.3, (steps, 1))
-    out = []
-    for logits in (target, draft):
-        y = np.exp(logits - logits.max(axis=-1, keepdims=True))
-        out.append(y / y.sum(axis=-1, keepdims=True))
-    return out[0], out[1]
+    """Probabilities of :func:`bench_bounds.lm_like`'s Zipf-shaped logits, (steps, vocab) each."""
+    target, draft = lm_like_logits(steps, vocab, seed)
+    return softmax(target, axis=-1), softmax(draft, axis=-1)
 
 
 def best_time(fn: Callable[[], object], repeat: int, sync: Callable[[], None]) -> float:

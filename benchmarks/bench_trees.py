@@ -12,9 +12,9 @@ Distributions are softmaxes of correlated Gaussian logits, as in ``bench_verifie
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
+from bench_verifiers import best_of
 from scipy.special import softmax
 
 from otbound.trees import best_tree, block_efficiency, positional_acceptance
@@ -23,15 +23,6 @@ from otbound.trees import best_tree, block_efficiency, positional_acceptance
 def logged_pair(vocab: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     base = rng.normal(0.0, 3.0, vocab)
     return softmax(base + rng.normal(0.0, 1.0, vocab)), softmax(base + rng.normal(0.0, 1.0, vocab))
-
-
-def best_of(repeats: int, fn) -> float:
-    best = np.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def main() -> None:
