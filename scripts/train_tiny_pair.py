@@ -391,7 +391,8 @@ def train(
         "reproduce": (
             f"python scripts/train_tiny_pair.py --which {which} --seed {seed} "
             f"--plan {','.join(f'{a}:{b}' for a, b in history)} --stop-after {step} "
-            f"--epochs {(EPOCHS[which] if epochs is None else epochs):g} --batch {batch}"
+            f"--epochs {(EPOCHS[which] if epochs is None else epochs):g} --batch {batch} "
+            f"--threads {torch.get_num_threads()}"
         ),
     }
     print(
