@@ -14,14 +14,13 @@ distributions are language-model-like (Zipf logits with a noisy draft, as in
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import time
 from collections.abc import Callable
 
 import numpy as np
 import torch
 from bench_bounds import lm_like as lm_like_logits
+from bench_bounds import machine as cpu_and_python
 from scipy.special import softmax
 
 import otbound as ob
@@ -29,17 +28,11 @@ from otbound.bounds.torch_sweep import TORCH_DESIGNS, optimal_acceptance_torch
 
 
 def machine() -> str:
-    """One line describing where the numbers were measured."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next(line.split(":", 1)[1].strip() for line in fh if "model name" in line)
-    except (OSError, StopIteration):
-        pass
+    """One line describing where the numbers were measured (CPU, GPU, versions)."""
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
     return (
-        f"{cpu}, {os.cpu_count()} cores (torch threads {torch.get_num_threads()}), GPU: {gpu}, "
-        f"Python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}"
+        f"{cpu_and_python()}, torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads), GPU: {gpu}"
     )
 
 
