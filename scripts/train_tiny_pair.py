@@ -73,8 +73,7 @@ SEQ_LEN = 144
 VALID_ROWS = 200
 SPLIT_SEED = 1234
 
-#: Model shapes. Both tie the input embedding to the output layer (with an untied target, 10.2M
-#: parameters at d=256, the target learned more slowly per step than the draft).
+#: Model shapes. Both tie the input embedding to the output layer.
 SIZES = {
     "draft": dict(
         hidden_size=128,
@@ -95,8 +94,12 @@ SIZES = {
 }
 #: Peak learning rates per model.
 PEAK_LR = {"draft": 3e-3, "target": 3e-3}
-#: Default caps on training epochs per model (the draft is meant to be the weaker model).
-EPOCHS = {"draft": 6.0, "target": 12.0}
+#: Default caps on training epochs per model. Within 30 CPU minutes (about 4.4 epochs for the
+#: target) the 10M target learns no faster per step than the 2M draft (their losses agree
+#: step for step), so the draft is made the weaker model the way real drafts are: by less
+#: training (1.5 epochs). A 6-epoch draft reached validation perplexity 146, better than the
+#: target's 169.
+EPOCHS = {"draft": 1.5, "target": 12.0}
 
 
 # -- vocabulary -----------------------------------------------------------------------------
