@@ -679,6 +679,19 @@ def test_importance_tail_rules_and_coincidence_term():
     assert positive > 0
 
 
+def test_importance_fixed_tail_rule_can_fall_below_single_draft():
+    """Inherent to the practical scheme (module docstring), not a bug: a top-s token always beats
+    a tail token, so p_I(tail) = P(both drafts in the tail) and "keep x_1" is infeasible. With
+    p = q uniform on 4 tokens and s = 2: α_sel = p(S) + 1/4 = 3/4 < β = 1; s = V reaches 1."""
+    p = np.full(4, 0.25)
+    truncated = get_verifier("importance", top=2)
+    assert truncated.selection_acceptance(p, p, 1) == pytest.approx(1.0)
+    assert truncated.selection_acceptance(p, p, 2) == pytest.approx(0.75, abs=1e-12)
+    stage = truncated.stages(p, p, 2)[0]
+    assert stage.induced[stage.rank >= 2].sum() == pytest.approx(0.25, abs=1e-12)
+    assert get_verifier("importance", top=4).selection_acceptance(p, p, 2) == pytest.approx(1.0)
+
+
 def test_importance_per_slot_drafts():
     v = get_verifier("importance", design="per_slot", top=3)
     rng = np.random.default_rng(10)

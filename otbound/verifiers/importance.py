@@ -28,6 +28,16 @@ induced ``p_I^{(2)}``, is paired with ``x_3 ~ q_3`` (slot distributions ``a = p_
 ``b = q_3``) with its own LP, and so on; ``p_I = p_I^{(n)}``. Drafts may come from different
 models: the ``per_slot`` design (``q`` of shape ``(n, V)``) is supported.
 
+On flat distributions this scheme gets *worse* with more drafts, by design rather than by a bug:
+the LP only moves mass inside ``S``, while the fixed rules give ``S`` every pair it touches and
+the higher-ranked token every tail pair, so each fold multiplies the tail's share of ``p_I`` by
+``q(tail)``, which shrinks it geometrically in ``n`` and piles it onto the top of the ranking
+("keep ``x_1``" is infeasible, so ``α_sel`` can even fall below single-draft ``β``: ``p = q``
+uniform on 4 tokens with ``s = 2`` gives 0.75, not 1). On ``data/sample`` (V = 8192, T = 1)
+``p(S) ≈ 0.44`` while ``p_I(S)`` grows from 0.44 to 0.77 between n = 2 and n = 8, the tail's
+part of ``α_sel`` drops from 0.31 to 0.13, and ``α_sel`` goes 0.617, 0.599, 0.576, 0.513 for
+n = 2, 3, 4, 8 (single draft 0.556).
+
 ``p_I`` is exact for any ``V`` (``O(nV log V)`` plus ``n − 1`` small LPs), so ``α_sel`` is
 :meth:`ImportanceSampling.selection_acceptance`. The acceptance *event* of otbound is
 ``Y ∈ x̄``, which also counts the residual draw landing on a draft that was not selected:
