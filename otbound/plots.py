@@ -47,7 +47,7 @@ def verifier_color(name: str) -> str:
 
 
 def _grid(panels: int, width: float = 4.3, height: float = 3.3) -> tuple[Figure, list[Axes]]:
-    cols = min(3, max(panels, 1))
+    cols = 2 if panels == 4 else min(3, max(panels, 1))  # 2 × 2 rather than 3 + 1
     rows = math.ceil(max(panels, 1) / cols)
     fig = Figure(figsize=(max(width * cols, 7.0), height * rows + 0.9), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False).ravel().tolist()
@@ -56,15 +56,25 @@ def _grid(panels: int, width: float = 4.3, height: float = 3.3) -> tuple[Figure,
     return fig, axes[:panels]
 
 
+def _legend_order(label: str) -> tuple[int, int, str]:
+    """The bound first, then the shipped verifiers in table order, then the others."""
+    if label.startswith("α*"):
+        return (0, 0, label)
+    if label in VERIFIERS:
+        return (1, VERIFIERS.index(label), label)
+    return (2, 0, label)
+
+
 def _legend(fig: Figure, axes: Iterable[Axes]) -> None:
     handles: dict[str, object] = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             handles.setdefault(label, handle)
+    labels = sorted(handles, key=_legend_order)
     if handles:
         fig.legend(
-            list(handles.values()),
-            list(handles),
+            [handles[label] for label in labels],
+            labels,
             loc="outside lower center",
             ncols=min(len(handles), 6),
             frameon=False,
@@ -77,6 +87,10 @@ def _only(frame: pd.DataFrame, column: str, value: float | None, what: str) -> p
     if value is None:
         if len(values) == 1:
             return frame
+        if frame[column].isna().any():
+            raise ValueError(
+                f"{what}: some rows have no {column} (NaN) and others do; pick a {column}"
+            )
         value = 1.0 if (column == "temperature" and 1.0 in values) else values[0]
     picked = frame[np.isclose(frame[column].astype(float), float(value))]
     if picked.empty:
@@ -166,9 +180,10 @@ def acceptance_vs_n(summary: pd.DataFrame, temperature: float | None = None) -> 
         ax.set_xlabel("drafts n")
         ax.set_xticks(sorted(part["n"].unique()))
         ax.set_ylabel("acceptance rate")
-    temp = frame["temperature"].iloc[0]
     steps = int(frame["steps"].max())
-    fig.suptitle(f"Acceptance against the number of drafts (temperature {temp:g}, {steps} steps)")
+    fig.suptitle(
+        f"Acceptance against the number of drafts ({_temperature_words(frame)}{steps} steps)"
+    )
     _legend(fig, axes)
     return fig
 
@@ -187,11 +202,18 @@ def acceptance_vs_temperature(summary: pd.DataFrame, n: int | None = None) -> Fi
     designs = _designs(frame)
     fig, axes = _grid(len(designs))
     for ax, design in zip(axes, designs, strict=True):
-        _draw_series(ax, frame[frame["design"] == design], "temperature")
+        part = frame[frame["design"] == design]
+        _draw_series(ax, part, "temperature")
         ax.set_title(DESIGN_TITLES.get(design, design))
         ax.set_xlabel("temperature")
+        temps = sorted(part["temperature"].dropna().unique())
+        if len(temps) <= 8:  # tick the temperatures analysed
+            ax.set_xticks(temps, [f"{t:g}" for t in temps])
         ax.set_ylabel("acceptance rate")
-    fig.suptitle(f"Acceptance against temperature (n = {int(frame['n'].iloc[0])} drafts)")
+    steps = int(frame["steps"].max())
+    fig.suptitle(
+        f"Acceptance against temperature (n = {int(frame['n'].iloc[0])} drafts, {steps} steps)"
+    )
     _legend(fig, axes)
     return fig
 
@@ -232,10 +254,17 @@ def gap_distribution(histogram: pd.DataFrame, temperature: float | None = None) 
         ax.set_xlabel("gap to the bound, α* − acceptance")
         ax.set_ylabel("fraction of steps with gap ≤ x")
         ax.grid(True, alpha=0.3)
-    temp = frame["temperature"].iloc[0]
-    fig.suptitle(f"Per-step gap to the optimal acceptance (temperature {temp:g})")
+    words = _temperature_words(frame).removesuffix(", ")
+    fig.suptitle("Per-step gap to the optimal acceptance" + (f" ({words})" if words else ""))
     _legend(fig, axes)
     return fig
+
+
+def _temperature_words(frame: pd.DataFrame) -> str:
+    """``"temperature 0.7, "``; empty where the rows have none (a summary of
+    :func:`otbound.compare`'s table, whose ``p`` and ``q`` come as they are)."""
+    temp = float(frame["temperature"].iloc[0])
+    return "" if math.isnan(temp) else f"temperature {temp:g}, "
 
 
 def save_figure(fig: Figure, path: str | os.PathLike[str]) -> Path:

@@ -113,8 +113,15 @@ def test_config_validation_names_the_argument() -> None:
     with pytest.raises(ValueError, match="mc_trials"):
         AnalysisConfig(mc_trials=-1)
     assert AnalysisConfig(designs=("hub",)).verifier_names == ("spechub",)
+    with pytest.raises(ValueError, match="max_steps"):
+        AnalysisConfig(max_steps=0)
     assert AnalysisConfig().fingerprint() == AnalysisConfig(chunk_steps=3).fingerprint()
     assert AnalysisConfig().fingerprint() != AnalysisConfig(seed=1).fingerprint()
+    # a subset is other settings; a whole-dump run keeps the fingerprint it had before
+    assert AnalysisConfig().fingerprint() != AnalysisConfig(max_steps=5).fingerprint()
+    assert "max_steps" not in AnalysisConfig().to_dict()
+    assert AnalysisConfig(max_steps=5).steps_per_shard([3, 4, 9]) == (3, 2, 0)
+    assert AnalysisConfig().steps_per_shard([3, 4, 9]) == (3, 4, 9)
 
 
 # -- summaries ---------------------------------------------------------------------------------
@@ -174,6 +181,45 @@ def test_summary_is_the_same_built_in_pieces() -> None:
 
     pieces = [cluster_sums(frame.iloc[:13]), cluster_sums(frame.iloc[13:])]
     pd.testing.assert_frame_equal(summarise_clusters(fold_cluster_sums(pieces)), summarise(frame))
+
+
+def test_summary_of_compare_table_as_it_is() -> None:
+    """``compare`` has no temperature, prompt or certified interval: each step is a prompt of
+    its own (or the metadata's prompt), the temperature is unknown (NaN)."""
+    rng = np.random.default_rng(4)
+    p, q = rng.dirichlet(np.ones(12), 18), rng.dirichlet(np.ones(12), 18)
+    rows = ob.compare(p, q, n=(2, 3), verifiers=["rrs", "kseq"], trials=0)
+    summary = summarise(rows)
+    assert tuple(summary.columns) == SUMMARY_COLUMNS
+    assert summary.temperature.isna().all() and (summary.prompts == 18).all()
+    filled = rows.assign(
+        temperature=np.nan,
+        prompt_id=pd.array([pd.NA] * len(rows), dtype="Int64"),
+        alpha_star_lower=rows.alpha_star,
+        alpha_star_upper=rows.alpha_star,
+    )
+    pd.testing.assert_frame_equal(summary, summarise(filled))
+    rrs = rows[(rows.verifier == "rrs") & (rows.n == 2)]
+    row = summary[(summary.verifier == "rrs") & (summary.n == 2)].iloc[0]
+    lo, hi = stats.t.interval(0.95, 17, loc=rrs.acceptance.mean(), scale=stats.sem(rrs.acceptance))
+    assert (row.acceptance_ci_low, row.acceptance_ci_high) == pytest.approx((lo, hi), abs=1e-12)
+    # prompts from the metadata: 6 prompts of 3 steps
+    meta = pd.DataFrame({"step": np.arange(18), "prompt_id": np.arange(18) // 3})
+    by_prompt = summarise(rows, metadata=meta)
+    assert (by_prompt.prompts == 6).all()
+    pd.testing.assert_frame_equal(
+        by_prompt, summarise(filled.assign(prompt_id=rows.step // 3).astype({"prompt_id": "Int64"}))
+    )
+    hist = gap_histogram(rows)
+    assert hist["count"].sum() == (rows.verifier != "bound").sum()
+    # the figures draw it; no temperature is named
+    from otbound import plots
+
+    for fig in (plots.acceptance_vs_n(summary), plots.gap_distribution(hist)):
+        title = fig.get_suptitle()
+        assert "temperature" not in title and "nan" not in title, title
+    with pytest.raises(ValueError, match="columns acceptance"):
+        summarise(rows.drop(columns="acceptance"))
 
 
 def test_gap_histogram_counts_every_verifier_row() -> None:
@@ -286,6 +332,42 @@ def test_resume_refuses_other_settings(dump_dir, tmp_path: Path) -> None:
             progress=False,
             figures=False,
         )
+
+
+def test_max_steps_analyses_the_first_steps_only(tmp_path: Path) -> None:
+    path = tmp_path / "dump"
+    write_dump(path)
+    config = AnalysisConfig(**SMALL)
+    full = run_analysis(ob.open_dump(path), config, tmp_path / "all", progress=False, figures=False)
+    _corrupt(path, 2)  # the shards past max_steps are never read
+    head = AnalysisConfig(**SMALL, max_steps=15)  # all of shard 0, 3 steps of shard 1
+    done: list[str] = []
+    part = run_analysis(
+        ob.open_dump(path),
+        head,
+        tmp_path / "head",
+        progress=False,
+        figures=False,
+        on_shard_done=done.append,
+    )
+    assert full.ok and part.ok and part.steps == 15 and done == ["shard-00000", "shard-00001"]
+    a = pd.read_parquet(tmp_path / "all" / "steps.parquet")
+    b = pd.read_parquet(tmp_path / "head" / "steps.parquet")
+    pd.testing.assert_frame_equal(b, a[a.step < 15].reset_index(drop=True))
+    assert (part.summary.steps == 15).all()
+    record = json.loads((tmp_path / "head" / "run.json").read_text())
+    assert record["config"]["max_steps"] == 15 and record["steps"] == 15
+    # a run on a subset is not resumed into a run on more steps, nor the other way round
+    for other, out in ((config, "head"), (AnalysisConfig(**SMALL, max_steps=20), "head")):
+        with pytest.raises(ValueError, match=r"settings differ.*max_steps"):
+            run_analysis(ob.open_dump(path), other, tmp_path / out, resume=True, progress=False)
+    with pytest.raises(ValueError, match=r"settings differ.*max_steps"):
+        run_analysis(ob.open_dump(path), head, tmp_path / "all", resume=True, progress=False)
+    # a shard on its own: the part of it among the first max_steps (all of it for a large one)
+    dump = ob.open_dump(path)
+    shard = analyse_shard(dump, 1, head)
+    assert shard.steps == 3 and set(shard.rows.step) == {12, 13, 14}
+    assert analyse_shard(dump, 1, AnalysisConfig(**SMALL, max_steps=10**6)).steps == 12
 
 
 def test_torch_device_gives_the_numpy_rows(dump_dir) -> None:

@@ -167,6 +167,18 @@ def test_resume_with_other_settings_is_refused(dump: Path, tmp_path: Path, capsy
     assert code == 1 and "seed" in line
 
 
+def test_max_steps(dump: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "out"
+    code, stdout, err = run(capsys, dump, *FAST[:-1], "--max-steps", "14", "--out", out)
+    assert code == 0, err
+    assert set(pd.read_parquet(out / "steps.parquet").step) == set(range(14))
+    assert "(14 steps;" in stdout
+    code, _, err = run(capsys, dump, *FAST, "--out", out, "--resume")
+    assert code == 1 and "max_steps" in one_error_line(err)
+    code, _, err = run(capsys, dump, *FAST, "--max-steps", "0", "--out", out)
+    assert code == 1 and "--max-steps must be at least 1" in one_error_line(err)
+
+
 def test_unwritable_out(dump: Path, tmp_path: Path, capsys) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")

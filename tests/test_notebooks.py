@@ -52,8 +52,14 @@ SMALL: dict[str, dict[str, object]] = {
 
 #: Text a notebook's outputs must contain (the facts it is there to show).
 EXPECTED: dict[str, tuple[str, ...]] = {
+    # α* per design and n (by hand, then on the dump), the run's files, the verifiers against it
+    "01_quickstart": ("0.9929", "files written: steps.parquet", "α* from", "best verifier"),
+    # the lossless check passes a lossless verifier and fails the duplicate-skipping RRS
     "02_validate_a_new_verifier": ("passed at significance", "FAILED at significance"),
+    # sequential vs conditional Poisson: their set laws and bounds differ
     "03_anatomy_of_the_bound": ("0.5143", "0.4839", "0.99286", "1.00000"),
+    # how α* and the gaps move from the coldest to the hottest temperature
+    "04_temperature_and_drafts": ("α* rises by more than 0.01", "gap rises by more than 0.01"),
 }
 
 

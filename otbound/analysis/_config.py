@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import numbers
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -77,6 +78,10 @@ class AnalysisConfig:
         Drop steps with NaN or infinite logits instead of failing the shard.
     truncate_vocab : bool, default False
         Cut both models to the smaller vocabulary when their widths differ.
+    max_steps : int, optional
+        Analyse only the dump's first ``max_steps`` steps (in shard order; the shards past
+        them are not read); default all. Part of :meth:`fingerprint`, so a run on a subset
+        is never resumed into a run on more steps.
     chunk_steps : int, default 256
         Steps processed at once; memory grows with ``chunk_steps × V``.
     device : str, optional
@@ -95,6 +100,7 @@ class AnalysisConfig:
     seed: int = 0
     skip_bad_steps: bool = False
     truncate_vocab: bool = False
+    max_steps: int | None = None
     chunk_steps: int = field(default=256, compare=False)
     device: str | None = field(default=None, compare=False)
 
@@ -132,6 +138,8 @@ class AnalysisConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        if self.max_steps is not None:
+            set_(self, "max_steps", _positive_ints([self.max_steps], "max_steps")[0])
         set_(self, "chunk_steps", _positive_ints([self.chunk_steps], "chunk_steps")[0])
         if self.device is not None and not isinstance(self.device, str):
             raise ValueError(f"device must be a string such as 'cuda', got {self.device!r}")
@@ -141,12 +149,26 @@ class AnalysisConfig:
         """The verifiers evaluated: as given, or all whose design is in :attr:`designs`."""
         return self.verifiers if self.verifiers is not None else verifiers_for(self.designs)
 
+    def steps_per_shard(self, shard_steps: Sequence[int]) -> tuple[int, ...]:
+        """Steps analysed in each shard, given the shards' sizes in order: all of them, or
+        the first :attr:`max_steps` of the dump (then 0 for the shards past them)."""
+        if self.max_steps is None:
+            return tuple(int(k) for k in shard_steps)
+        out, left = [], self.max_steps
+        for k in shard_steps:
+            out.append(min(int(k), left))
+            left -= out[-1]
+        return tuple(out)
+
     def to_dict(self) -> dict[str, Any]:
         """The settings that determine the results (JSON-ready; ``chunk_steps`` and ``device``
-        left out)."""
+        left out, and ``max_steps`` when it is None, so that runs on whole dumps keep the
+        fingerprints they had before the option existed)."""
         out = asdict(self)
         out.pop("chunk_steps")
         out.pop("device")
+        if out["max_steps"] is None:
+            out.pop("max_steps")
         out["verifiers"] = list(self.verifier_names)
         return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
 

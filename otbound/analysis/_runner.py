@@ -33,7 +33,7 @@ from otbound.analysis._summary import (
     merge_histograms,
     summarise_clusters,
 )
-from otbound.dumps import Dump
+from otbound.dumps import Dump, ShardInfo
 
 #: Files a completed run leaves in its output directory (figures come beside them).
 RUN_FILE = "run.json"
@@ -59,7 +59,7 @@ class RunResult:
     out : pathlib.Path
         The output directory.
     steps : int
-        Steps in the dump.
+        Steps analysed: all the dump's, or its first ``config.max_steps``.
     skipped : numpy.ndarray of int64
         Global ids of bad steps dropped (``skip_bad_steps``).
     failures : dict of str to str
@@ -217,7 +217,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def _assemble(
-    store: _ShardStore, dump: Dump, out: Path, level: float
+    store: _ShardStore, shards: list[ShardInfo], out: Path, level: float
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Stream the shard tables into ``steps.parquet``; the summary and the gap histogram."""
     sums: list[pd.DataFrame] = []
@@ -225,7 +225,7 @@ def _assemble(
     with atomic_output(out / STEPS_FILE) as tmp:
         writer: pq.ParquetWriter | None = None
         try:
-            for info in dump.shards:
+            for info in shards:
                 rows = store.rows(info.id)
                 table = pa.Table.from_pandas(rows, preserve_index=False)
                 if writer is None:
@@ -257,7 +257,8 @@ def run_analysis(
     figures: bool = True,
     on_shard_done: Callable[[str], None] | None = None,
 ) -> RunResult:
-    """Analyse every shard of a dump and write the tables and figures to ``out``.
+    """Analyse every shard of a dump (or its first ``config.max_steps`` steps) and write the
+    tables and figures to ``out``.
 
     Shards are independent: each is analysed by :func:`analyse_shard` in this process
     (``jobs=1``), in ``jobs`` local processes, or on a dask.distributed cluster (``dask`` is
@@ -323,13 +324,17 @@ def run_analysis(
                 (out / name).unlink()
     _write_json(out / RUN_FILE, {**record, "run_key": run_key, "complete": False})
 
-    done = {info.id: store.marker(info.id) for info in dump.shards}
-    pending = [info.index for info in dump.shards if done[info.id] is None]
+    sizes = config.steps_per_shard([info.num_steps for info in dump.shards])
+    shards = [  # with max_steps, the shards past it are left out
+        info for info, k in zip(dump.shards, sizes, strict=True) if k or info.num_steps == 0
+    ]
+    done = {info.id: store.marker(info.id) for info in shards}
+    pending = [info.index for info in shards if done[info.id] is None]
     skipped = [np.asarray(r["skipped"], dtype=np.int64) for r in done.values() if r]
     failures: dict[str, str] = {}
     finished_steps = sum(r["steps"] for r in done.values() if r)
     bar = tqdm(
-        total=dump.num_steps,
+        total=sum(sizes),
         initial=finished_steps,
         unit="step",
         desc="bounds",
@@ -357,10 +362,10 @@ def run_analysis(
                 on_shard_done(info.id)
     result = RunResult(
         out=out,
-        steps=dump.num_steps,
+        steps=sum(sizes),
         skipped=np.sort(np.concatenate(skipped)) if skipped else np.zeros(0, dtype=np.int64),
         failures=dict(sorted(failures.items())),
-        resumed=len(dump.shards) - len(pending),
+        resumed=len(shards) - len(pending),
     )
     if failures:
         _write_json(
@@ -368,7 +373,7 @@ def run_analysis(
             {**record, "run_key": run_key, "complete": False, "failures": result.failures},
         )
         return result
-    summary, histogram = _assemble(store, dump, out, level)
+    summary, histogram = _assemble(store, shards, out, level)
     with atomic_output(out / SUMMARY_FILE) as tmp:
         summary.to_csv(tmp, index=False)
     with atomic_output(out / SUMMARY_PARQUET) as tmp:

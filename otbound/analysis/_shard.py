@@ -57,7 +57,7 @@ class ShardOutcome:
     ----------
     shard_id : str
     steps : int
-        Steps in the shard.
+        Steps analysed in the shard (all of them, unless ``max_steps`` cut it).
     rows : pandas.DataFrame
         The per-step table (columns :data:`STEP_COLUMNS`).
     skipped : numpy.ndarray of int64
@@ -167,6 +167,8 @@ def analyse_shard(
     Top-k (truncated) rows give ``"bound"`` rows only, with the certified interval
     ``[alpha_star_lower, alpha_star_upper]`` of the full-vocabulary ``α*``
     (:func:`otbound.dumps.acceptance_interval`); ``alpha_star`` is NaN where it is not a point.
+    With ``config.max_steps``, only the shard's steps among the dump's first ``max_steps``
+    are analysed (none for a shard past them).
 
     Parameters
     ----------
@@ -187,6 +189,9 @@ def analyse_shard(
         The shard is corrupt or truncated, or holds bad steps without ``skip_bad_steps``.
     """
     data = dump.read_shard(shard)
+    if config.max_steps is not None:
+        sizes = [info.num_steps for info in dump.shards]
+        data = data.head(config.steps_per_shard(sizes)[dump.shard(shard).index])
     rows_of = _interval_rows if data.is_topk else _full_rows
     frames, skipped = [], []
     with warnings.catch_warnings():

@@ -98,6 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="Monte Carlo trials per step for verifiers without an exact formula (0: skip them)",
     )
     parser.add_argument("--seed", type=int, default=0, help="Monte Carlo seed")
+    parser.add_argument(
+        "--max-steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help="analyse only the dump's first N steps (a quick look; default: all)",
+    )
     parser.add_argument("--out", default="out/bounds", help="output directory")
     parser.add_argument("--jobs", type=int, default=1, help="local worker processes")
     parser.add_argument(
@@ -219,6 +226,7 @@ def make_config(args: argparse.Namespace, dump: Dump) -> AnalysisConfig:
             seed=args.seed,
             skip_bad_steps=args.skip_bad_steps,
             truncate_vocab=args.truncate_vocab,
+            max_steps=None if args.max_steps is None else _positive(args.max_steps, "--max-steps"),
             chunk_steps=_positive(args.chunk_steps, "--chunk-steps"),
             device=args.device,
         )

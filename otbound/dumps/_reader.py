@@ -7,7 +7,7 @@ import json
 import os
 import zipfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,34 @@ class ShardData:
     def is_topk(self) -> bool:
         """Whether the rows are truncated top-k rows."""
         return self.values[0] == "topk"
+
+    def head(self, steps: int) -> ShardData:
+        """The shard's first ``steps`` steps (all of them if it has fewer); arrays are views.
+
+        Examples
+        --------
+        >>> import numpy as np, tempfile, otbound as ob
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     np.savez(tmp + "/run.npz", target_logits=np.zeros((8, 5)),
+        ...              draft_logits=np.zeros((8, 5)))
+        ...     part = ob.open_dump(tmp + "/run.npz").read_shard(0).head(3)
+        >>> part.step.tolist(), part.target.shape, len(part.metadata)
+        ([0, 1, 2], (3, 5), 3)
+        """
+        steps = max(0, min(int(steps), self.num_steps))
+        if steps == self.num_steps:
+            return self
+
+        def cut(side: np.ndarray | TopKRows) -> np.ndarray | TopKRows:
+            return side.take(np.arange(steps)) if isinstance(side, TopKRows) else side[:steps]
+
+        return ShardData(
+            replace(self.shard, num_steps=steps),
+            cut(self.target),
+            cut(self.draft),
+            self.values,
+            self.metadata.iloc[:steps].reset_index(drop=True),
+        )
 
     def distributions(
         self,
