@@ -28,6 +28,7 @@ from otbound.analysis._device import check_device
 from otbound.cli._common import (
     EXIT_FAILURE,
     CommandError,
+    HelpFormatter,
     OneLineParser,
     check_choices,
     list_option,
@@ -58,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Optimal acceptance rate α* of each draft design and each verifier's acceptance, "
             "for every step of a dump of target/draft logits; tables, figures and a summary."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument(
         "dump",

@@ -19,6 +19,7 @@ from typing import Any
 
 from otbound.cli._common import (
     CommandError,
+    HelpFormatter,
     OneLineParser,
     add_options,
     run_command,
@@ -42,15 +43,6 @@ _OPTION_NAMES = {
     "store topk": "--store topk",
     "(give one,": "(pass --tokenizer,",
 }
-
-
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows defaults, except None and flags (their help says what happens)."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default is None or isinstance(action.default, bool):
-            return action.help
-        return super()._get_help_string(action)
 
 
 def _flag(text: str) -> dict[str, Any]:
@@ -155,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
             "next-token logits at every continuation position (teacher-forced over the same "
             "tokens) to an otbound dump, for compute_bounds."
         ),
-        formatter_class=_HelpFormatter,
+        formatter_class=HelpFormatter,
     )
     for title, options in _OPTIONS.items():
         add_options(parser.add_argument_group(title), options)
