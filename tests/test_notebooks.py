@@ -48,6 +48,13 @@ SMALL: dict[str, dict[str, object]] = {
         "N_DRAFTS": (2, 4),
         "MC_TRIALS": 50,
     },
+    "05_draft_trees": {
+        "MAX_PROMPTS": 2,
+        "MAX_NEW_TOKENS": 8,
+        "TREES": "binary:1-2,ternary:1",
+        "PREDICTION_TRIALS": 100,
+        "MAX_STEPS": 16,
+    },
 }
 
 #: Text a notebook's outputs must contain (the facts it is there to show).

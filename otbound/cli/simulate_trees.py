@@ -1,0 +1,231 @@
+"""``simulate_trees``: real tree speculative decoding with a draft and a target model.
+
+    python scripts/simulate_trees.py --trees binary:1-5,ternary:1-3 --out out/trees
+
+For every verifier and tree the draft model grows the tree with the verifier's draft design,
+the target scores all nodes in one forward pass with a tree attention mask, and the verifier
+walks the tree (:mod:`otbound.tree_decoding`). DIR gets ``tree_steps.parquet`` (one row per
+target call), ``tree_summary.csv`` (tokens per call with 95% intervals clustered over prompts,
+the prediction and the bound) and ``tokens_per_call.png``; the table is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from otbound._files import atomic_output
+from otbound.cli._common import (
+    CommandError,
+    HelpFormatter,
+    OneLineParser,
+    check_choices,
+    list_option,
+    run_command,
+    writable_directory,
+)
+from otbound.verifiers import VERIFIERS
+
+PROG = "simulate_trees"
+
+_DATA = Path(__file__).resolve().parents[2] / "data"
+#: The sample pair and prompts shipped with the source tree.
+SAMPLE_TARGET = _DATA / "models" / "target"
+SAMPLE_DRAFT = _DATA / "models" / "draft"
+SAMPLE_PROMPTS = _DATA / "prompts" / "c4_heldout.jsonl"
+
+STEPS_FILE = "tree_steps.parquet"
+SUMMARY_FILE = "tree_summary.csv"
+FIGURE_FILE = "tokens_per_call.png"
+
+_DEFAULT_VERIFIERS = "rrs,rrs_without_replacement,spechub,greedy,kseq"
+
+#: Library parameter names that messages mention, written as the command line's options.
+_PARAMETERS = re.compile(r"\b(max_new_tokens|max_prompt_tokens|max_prompts|batch_size|trees)\b")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (see ``--help``)."""
+    parser = OneLineParser(
+        prog=PROG,
+        description=(
+            "Tree speculative decoding with a draft and a target model: tokens per target call "
+            "of each verifier on each draft tree, with 95% intervals, beside the prediction "
+            "from the positional acceptance and the bound from α*."
+        ),
+        formatter_class=HelpFormatter,
+    )
+    add = parser.add_argument
+    add("--target", default=str(SAMPLE_TARGET), help="target model directory (or hub name)")
+    add("--draft", default=str(SAMPLE_DRAFT), help="draft model directory (or hub name)")
+    add(
+        "--tokenizer",
+        default=None,
+        help="tokenizer for text prompts (default: the target's, when its directory has one)",
+    )
+    add(
+        "--prompts",
+        default=str(SAMPLE_PROMPTS),
+        help='JSON lines with "text", "input_ids" or "input_tokens", or a text file',
+    )
+    add("--max-prompts", type=int, default=8, help="use the first N prompts")
+    add(
+        "--max-prompt-tokens",
+        type=int,
+        default=None,
+        help="cut longer prompts to N tokens (see --truncation-side)",
+    )
+    add(
+        "--truncation-side",
+        choices=("left", "right"),
+        default="left",
+        help="left: keep a long prompt's last tokens; right: keep its first ones",
+    )
+    add("--max-new-tokens", type=int, default=32, help="tokens generated per prompt")
+    add(
+        "--verifiers",
+        type=list_option(str, "--verifiers"),
+        default=_DEFAULT_VERIFIERS,
+        help=f"verifiers, from {', '.join(VERIFIERS)}",
+    )
+    add(
+        "--trees",
+        default="binary:1-5,ternary:1-3",
+        help="trees as FAMILY:DEPTHS items (families chain, binary, ternary, kN; depths 3 or "
+        "1-5), comma-separated",
+    )
+    add("--temperature", type=float, default=1.0, help="applied to both models (> 0)")
+    add("--seed", type=int, default=0, help="seed of each (verifier, tree) run's generator")
+    add("--batch-size", type=int, default=8, help="prompts decoded side by side")
+    add(
+        "--prediction-trials",
+        type=int,
+        default=2000,
+        help="Monte Carlo trials per call for predictions without an exact positional vector",
+    )
+    add("--no-prediction", action="store_true", help="skip the prediction and the bound")
+    add("--ignore-eos", action="store_true", help="do not stop at end-of-sequence tokens")
+    add("--device", default=None, help="torch device (default: cuda when present, else cpu)")
+    add("--out", default="out/trees", help="output directory")
+    add("--quiet", action="store_true", help="no progress bar and no table")
+    return parser
+
+
+def _tokenizer(args: argparse.Namespace, capture) -> object:
+    if args.tokenizer is not None:
+        return capture.load_tokenizer(args.tokenizer)
+    if capture.has_tokenizer(args.target):
+        return capture.load_tokenizer(args.target)
+    return None
+
+
+def format_table(summary: pd.DataFrame) -> str:
+    """The summary as printed: tokens per call [95% interval], prediction, bound."""
+    rows = summary.copy()
+    interval = rows.apply(
+        lambda r: f"[{r['ci_low']:.2f}, {r['ci_high']:.2f}]" if r["applicable"] else "", axis=1
+    )
+    rows["95% interval"] = interval
+    rows.loc[~rows["applicable"], "note"] = "not applicable"
+    cols = ["verifier", "tree", "nodes", "calls", "tokens_per_call", "95% interval"]
+    cols += ["predicted", "bound", "note"]
+    return rows[cols].round(3).fillna("").to_string(index=False)
+
+
+def _write(result, out: Path) -> list[Path]:
+    from otbound.plots import save_figure
+    from otbound.plots_trees import tokens_per_call_vs_tree_size
+
+    steps_path, summary_path = out / STEPS_FILE, out / SUMMARY_FILE
+    with atomic_output(steps_path) as tmp:
+        result.steps.to_parquet(tmp, index=False)
+    with atomic_output(summary_path) as tmp:
+        result.summary.to_csv(tmp, index=False)
+    figure = save_figure(tokens_per_call_vs_tree_size(result.summary), out / FIGURE_FILE)
+    return [steps_path, summary_path, figure]
+
+
+def run(args: argparse.Namespace) -> int:
+    """The command's body; the exit status."""
+    from otbound.tree_decoding import parse_trees
+
+    check_choices(args.verifiers, VERIFIERS, "--verifiers")
+    trees = parse_trees(args.trees)
+    if args.temperature <= 0:
+        raise CommandError(f"--temperature must be > 0, got {args.temperature:g}")
+    try:
+        import otbound.capture as capture
+        from otbound.cli.log_distributions import _quiet_transformers
+        from otbound.tree_decoding import run_tree_decoding
+    except ImportError as exc:
+        raise CommandError(
+            f"needs torch and transformers ({exc}): pip install 'otbound[torch]'"
+        ) from None
+    out = writable_directory(args.out)
+    _quiet_transformers()
+    prompts = capture.read_prompts(
+        args.prompts,
+        _tokenizer(args, capture),
+        max_prompts=args.max_prompts,
+        max_prompt_tokens=args.max_prompt_tokens,
+        truncation_side=args.truncation_side,
+    )
+    target = capture.load_model(args.target, "float32", args.device)
+    draft = capture.load_model(args.draft, "float32", args.device)
+    result = run_tree_decoding(
+        target,
+        draft,
+        prompts,
+        verifiers=args.verifiers,
+        trees=trees,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        stop_at_eos=not args.ignore_eos,
+        predict=not args.no_prediction,
+        prediction_trials=args.prediction_trials,
+        progress=not args.quiet,
+    )
+    written = _write(result, out)
+    if not args.quiet:
+        print(format_table(result.summary))
+        print(f"wrote {', '.join(p.name for p in written)} to {out}")
+    return 0
+
+
+def _cli_words(text: str) -> str:
+    """A library message in the command line's words (``max_prompts`` -> ``--max-prompts``)."""
+    return _PARAMETERS.sub(lambda m: "--" + m[1].replace("_", "-"), text)
+
+
+def _reason(exc: Exception) -> str:
+    """One line for a failure: the library's message, or a model's exception and first line."""
+    if isinstance(exc, ValueError):
+        return _cli_words(str(exc))
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``simulate_trees`` with ``argv`` (default: ``sys.argv[1:]``); the exit status."""
+    args = build_parser().parse_args(argv)
+
+    def work() -> int:
+        try:
+            return run(args)
+        except (CommandError, OSError, ImportError):
+            raise
+        except Exception as exc:  # bad input (ValueError) or a model's own failure
+            raise CommandError(_reason(exc)) from None
+
+    return run_command(PROG, work)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

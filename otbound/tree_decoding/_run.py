@@ -1,0 +1,471 @@
+r"""The decoding loop: tree speculative decoding of prompts with a draft and a target model.
+
+One *target call* per iteration and prompt: the draft model grows the tree with the verifier's
+design (:func:`grow_tree`), the target scores every node in one forward pass
+(:func:`tree_logits`) and the verifier walks the tree (:func:`walk_tree`); the tokens it
+appends (accepted drafts, then a correction or a bonus token) are that call's
+**tokens per call**. A prompt stops once ``max_new_tokens`` tokens are generated (the last call's
+tokens are all counted; the continuation is cut) or after an end-of-sequence token.
+
+Randomness: each (verifier, tree) run draws from one ``numpy.random.Generator`` seeded once
+from ``(seed, verifier, tree)`` and advanced through every draft, verification and bonus draw
+of every call; it is never re-seeded per step.
+
+At each call the root's ``(p, q)`` also give the prediction's inputs: the verifier's positional
+acceptance per depth (:func:`otbound.trees.positional_acceptance`, exact where the verifier
+allows it, else Monte Carlo) and the design's ``α*`` (:func:`otbound.optimal_acceptance`);
+:func:`summarise_tree_steps` averages them over the calls.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from otbound.bounds import optimal_acceptance
+from otbound.drafts import get_design
+from otbound.tree_decoding._grow import grow_tree
+from otbound.tree_decoding._layout import TreeLayout
+from otbound.tree_decoding._scoring import NodeDistributions, tree_logits
+from otbound.tree_decoding._specs import TreeSpec, parse_trees
+from otbound.tree_decoding._summary import TREE_KEYS, summarise_tree_steps
+from otbound.tree_decoding._walk import walk_tree
+from otbound.trees import positional_acceptance
+from otbound.verifiers.registry import get_verifier
+
+#: The verifiers a tree run compares by default.
+TREE_VERIFIERS: tuple[str, ...] = ("rrs", "rrs_without_replacement", "spechub", "greedy", "kseq")
+
+#: Columns of the per-call table (``tree_steps.parquet``).
+STEP_COLUMNS: tuple[str, ...] = (
+    *TREE_KEYS,
+    "branching",
+    "prompt",
+    "call",
+    "tokens",
+    "accepted",
+    "bonus",
+    "root_acceptance",
+    "root_alpha_star",
+    "positional",
+    "alpha_star",
+)
+
+
+@dataclass(frozen=True)
+class TreeDecodingResult:
+    """The output of :func:`run_tree_decoding`.
+
+    Attributes
+    ----------
+    steps : pandas.DataFrame
+        One row per target call (:data:`STEP_COLUMNS`): ``tokens`` appended, ``accepted``
+        drafts, ``bonus`` (the walk reached a leaf), and at the root context the verifier's
+        acceptance ``root_acceptance``, the design's ``root_alpha_star``, and the per-depth
+        matrices ``positional`` and ``alpha_star`` (nested lists) the prediction averages.
+    summary : pandas.DataFrame
+        :func:`summarise_tree_steps` of ``steps``.
+    continuations : pandas.DataFrame
+        ``verifier, tree, prompt, tokens`` (the generated token ids).
+    trees : tuple of TreeSpec
+    seed : int
+    temperature : float
+    """
+
+    steps: pd.DataFrame
+    summary: pd.DataFrame
+    continuations: pd.DataFrame = field(repr=False)
+    trees: tuple[TreeSpec, ...] = ()
+    seed: int = 0
+    temperature: float = 1.0
+
+
+def not_applicable_reason(verifier: Any, layout: TreeLayout) -> str | None:
+    """Why a verifier cannot run on a tree (a node width it is not defined for), or None."""
+    fixed = getattr(verifier, "fixed_n", None) or get_design(verifier.design).fixed_n
+    widths = sorted({len(kids) for kids in layout.children if kids})
+    if fixed is not None and any(w != fixed for w in widths):
+        return (
+            f"{getattr(verifier, 'name', verifier)} is defined for {fixed} drafts per node; "
+            f"this tree has nodes with {', '.join(map(str, widths))} children"
+        )
+    return None
+
+
+class _RootPrediction:
+    """Per call: the verifier's positional acceptance and the design's α* at the root."""
+
+    def __init__(self, verifier: Any, layout: TreeLayout, trials: int, seed: int) -> None:
+        self.verifier = verifier
+        self.branching = list(layout.branching)
+        self.trials = trials
+        self.rng = np.random.default_rng(seed)
+        self.widths = [layout.widths_at_depth(d) for d in range(layout.max_depth)]
+
+    def __call__(self, p: np.ndarray, q: np.ndarray) -> list[dict[str, object]]:
+        """The prediction's inputs for root contexts ``p``, ``q`` of shape (B, V), per row."""
+        star = {  # α* of every width in the tree, for all rows at once
+            w: np.atleast_1d(optimal_acceptance(p, q, n=w, design=self.verifier.design))
+            for w in sorted({w for widths in self.widths for w in widths})
+        }
+        out = []
+        for b in range(p.shape[0]):
+            seed = int(self.rng.integers(2**31))
+            pa = positional_acceptance(self.verifier, p[b], q[b], self.branching, self.trials, seed)
+            values = np.asarray(pa.values, dtype=float)
+            stars = np.zeros_like(values)
+            for d, widths in enumerate(self.widths):
+                for w in widths:
+                    stars[d, w - 1] = star[w][b]
+            out.append(
+                {
+                    "root_acceptance": float(values[0].sum()),
+                    "root_alpha_star": float(stars[0, self.branching[0] - 1]),
+                    "positional": values.tolist(),
+                    "alpha_star": stars.tolist(),
+                }
+            )
+        return out
+
+
+@dataclass
+class _Row:
+    prompt: int
+    ids: list[int]
+    new: list[int] = field(default_factory=list)
+    calls: int = 0
+
+
+def decode_tree(
+    target: Any,
+    draft: Any,
+    prompts: Sequence[tuple[int, Sequence[int]]],
+    tree: object,
+    verifier: Any,
+    rng: np.random.Generator,
+    *,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    vocab_size: int | None = None,
+    batch_size: int = 8,
+    eos_token_ids: Sequence[int] = (),
+    predict: bool = True,
+    prediction_trials: int = 2000,
+    prediction_seed: int = 0,
+    on_prompt_done: Callable[[], None] | None = None,
+) -> tuple[list[dict[str, object]], dict[int, list[int]]]:
+    """Tree speculative decoding of each prompt with one verifier and one tree.
+
+    Parameters
+    ----------
+    target, draft : transformers.PreTrainedModel
+    prompts : sequence of (int, sequence of int)
+        ``(prompt id, token ids)`` pairs.
+    tree : path list or TreeLayout
+    verifier : verifier object
+        Its ``design`` draws the drafts; its ``verify`` walks the tree.
+    rng : numpy.random.Generator
+        The run's one generator, advanced throughout.
+    max_new_tokens : int
+    temperature : float, default 1.0
+        Applied to both models (``> 0``).
+    vocab_size : int, optional
+        The vocabulary shared by the two models (default: all of the target's logits).
+    batch_size : int, default 8
+        Prompts decoded side by side (one padded forward pass per depth and call).
+    eos_token_ids : sequence of int
+        A prompt stops after one of these.
+    predict : bool, default True
+        Compute the root contexts' positional acceptance and ``α*`` (the prediction's inputs).
+    prediction_trials : int, default 2000
+        Monte Carlo trials per call for verifiers without an exact positional vector.
+    prediction_seed : int, default 0
+        Seed of the prediction's own Monte Carlo stream (separate from ``rng``).
+    on_prompt_done : callable, optional
+        Called once per finished prompt (a progress bar).
+
+    Returns
+    -------
+    (list of dict, dict)
+        Per-call records (``prompt``, ``call``, ``tokens``, ``accepted``, ``bonus`` and the
+        prediction's inputs), and each prompt's continuation.
+    """
+    layout = tree if isinstance(tree, TreeLayout) else TreeLayout.from_paths(tree)
+    reason = not_applicable_reason(verifier, layout)
+    if reason is not None:
+        raise ValueError(reason)
+    predictor = (
+        _RootPrediction(verifier, layout, prediction_trials, prediction_seed)
+        if predict and layout.size
+        else None
+    )
+    eos = {int(t) for t in eos_token_ids}
+    records: list[dict[str, object]] = []
+    out: dict[int, list[int]] = {}
+    for start in range(0, len(prompts), batch_size):
+        active = [_Row(int(i), list(ids)) for i, ids in prompts[start : start + batch_size]]
+        while active:
+            prefixes = [row.ids + row.new for row in active]
+            grown = grow_tree(
+                draft,
+                prefixes,
+                layout,
+                verifier.design,
+                rng,
+                temperature=temperature,
+                vocab_size=vocab_size,
+            )
+            logits = tree_logits(target, prefixes, grown.tokens, layout, vocab_size=vocab_size)
+            p = [NodeDistributions(logits[b], temperature) for b in range(len(active))]
+            still: list[_Row] = []
+            for b, row in enumerate(active):
+                walk = walk_tree(verifier, layout, grown.tokens[b], p[b], grown.q[b], rng)
+                records.append(
+                    {
+                        "prompt": row.prompt,
+                        "call": row.calls,
+                        "tokens": len(walk.tokens),
+                        "accepted": walk.accepted,
+                        "bonus": walk.bonus,
+                    }
+                )
+                row.calls += 1
+                row.new.extend(walk.tokens)
+                stop = next((i for i, t in enumerate(row.new) if t in eos), None)
+                if stop is not None or len(row.new) >= max_new_tokens:
+                    end = max_new_tokens if stop is None else min(stop + 1, max_new_tokens)
+                    out[row.prompt] = row.new[:end]
+                    if on_prompt_done is not None:
+                        on_prompt_done()
+                else:
+                    still.append(row)
+            if predictor is not None:
+                roots = predictor(
+                    np.stack([dist[0] for dist in p]), np.stack([q[0] for q in grown.q])
+                )
+                for record, extra in zip(records[-len(active) :], roots, strict=True):
+                    record.update(extra)
+            active = still
+    return records, out
+
+
+def _as_specs(trees: object) -> list[TreeSpec]:
+    if isinstance(trees, str):
+        return parse_trees(trees)
+    if isinstance(trees, TreeSpec):
+        return [trees]
+    if isinstance(trees, Mapping):
+        return [TreeSpec.custom(name, paths) for name, paths in trees.items()]
+    specs = list(trees)  # type: ignore[call-overload]
+    if not all(isinstance(s, TreeSpec) for s in specs):
+        raise ValueError(
+            "trees must be a string such as 'binary:1-5,ternary:1-3', TreeSpec objects, or a "
+            "mapping of names to path lists"
+        )
+    return specs
+
+
+def _as_prompts(prompts: object) -> list[tuple[int, tuple[int, ...]]]:
+    """``(id, token ids)`` pairs from ``Prompt`` objects or token-id sequences."""
+    out = []
+    for index, prompt in enumerate(prompts):  # type: ignore[call-overload]
+        ids = getattr(prompt, "input_ids", prompt)
+        pid = getattr(prompt, "id", index)
+        ids = tuple(int(t) for t in ids)
+        if not ids:
+            raise ValueError(f"prompts[{index}] is empty")
+        out.append((int(pid), ids))
+    if not out:
+        raise ValueError("prompts is empty")
+    return out
+
+
+def _check_fit(models: Mapping[str, Any], prompts: list, max_new_tokens: int, depth: int) -> None:
+    """Every prefix + tree must fit the models' context and embedding."""
+    from otbound.capture import context_length, embedding_rows
+
+    longest = max(len(ids) for _, ids in prompts)
+    largest = max(max(ids) for _, ids in prompts)
+    for side, model in models.items():
+        limit = context_length(model)
+        need = longest + max_new_tokens + depth - 1
+        if limit is not None and need > limit:
+            raise ValueError(
+                f"a prompt of {longest} tokens + max_new_tokens {max_new_tokens} + a tree of "
+                f"depth {depth} needs {need} positions; the {side} model has {limit} "
+                "(use a smaller max_prompt_tokens or max_new_tokens)"
+            )
+        if largest >= embedding_rows(model):
+            raise ValueError(
+                f"prompt token id {largest} is beyond the {side} model's vocabulary "
+                f"({embedding_rows(model)} ids)"
+            )
+
+
+def _name(verifier: Any) -> str:
+    """A verifier's name: the registry name, or its class name for other objects."""
+    if isinstance(verifier, str):
+        return verifier
+    return str(getattr(verifier, "name", type(verifier).__name__))
+
+
+def _config_seed(seed: int, *names: str) -> np.random.SeedSequence:
+    return np.random.SeedSequence([int(seed), *(zlib.crc32(n.encode()) for n in names)])
+
+
+def _load(model: Any, device: Any) -> Any:
+    if isinstance(model, str | Path):
+        from otbound.capture import load_model
+
+        return load_model(model, "float32", device)
+    return model
+
+
+def run_tree_decoding(
+    target: Any,
+    draft: Any,
+    prompts: object,
+    *,
+    verifiers: Sequence[str] = TREE_VERIFIERS,
+    trees: object = "binary:1-3",
+    max_new_tokens: int = 32,
+    temperature: float = 1.0,
+    seed: int = 0,
+    batch_size: int = 8,
+    vocab_size: int | None = None,
+    stop_at_eos: bool = True,
+    predict: bool = True,
+    prediction_trials: int = 2000,
+    device: Any = None,
+    progress: bool = False,
+) -> TreeDecodingResult:
+    """Tree speculative decoding for every verifier and tree; tokens per call against prediction.
+
+    Parameters
+    ----------
+    target, draft : transformers.PreTrainedModel, or a model directory
+        Directories are loaded in float32 (:func:`otbound.capture.load_model`).
+    prompts : sequence of token-id sequences or of :class:`otbound.capture.Prompt`
+    verifiers : sequence of str or verifier objects, default :data:`TREE_VERIFIERS`
+        Names in :data:`otbound.VERIFIERS`, or objects with ``design`` and a single-trial
+        ``verify(drafts, p, q, rng)``.
+    trees : str, TreeSpec(s) or mapping of name to path list, default "binary:1-3"
+        ``"binary:1-5,ternary:1-3"`` (:func:`parse_trees`) or explicit trees.
+    max_new_tokens : int, default 32
+    temperature : float, default 1.0
+        Applied identically to both models; must be ``> 0`` (distinct-draft designs need
+        ``k`` tokens with positive mass).
+    seed : int, default 0
+        Each (verifier, tree) run seeds one generator from ``(seed, verifier, tree)``.
+    batch_size : int, default 8
+    vocab_size : int, optional
+        Default: the smaller of the two models' logit widths (with a warning when they differ).
+    stop_at_eos : bool, default True
+        Stop a prompt after the models' end-of-sequence token.
+    predict : bool, default True
+        Compute the prediction and the bound (costs a positional vector and ``α*`` per call).
+    prediction_trials : int, default 2000
+        Monte Carlo trials per call for the prediction of ``kseq``, ``spechub`` and
+        ``rrs_without_replacement`` at width ``>= 3`` on large vocabularies.
+    device : str, optional
+        Where to load model directories.
+    progress : bool, default False
+        A tqdm bar over (verifier, tree, prompt).
+
+    Returns
+    -------
+    TreeDecodingResult
+
+    Raises
+    ------
+    ValueError
+        Bad arguments (named), prompts that do not fit the models' context, unknown verifiers.
+    """
+    from otbound.capture import eos_token_ids, plan_vocabulary
+
+    if not (isinstance(temperature, int | float) and np.isfinite(temperature)) or temperature <= 0:
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+    for name, value in (("max_new_tokens", max_new_tokens), ("batch_size", batch_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if isinstance(verifiers, str):
+        verifiers = [verifiers]
+    found = {_name(v): get_verifier(v) for v in verifiers}
+    specs = _as_specs(trees)
+    if not specs:
+        raise ValueError("trees is empty")
+    pairs = _as_prompts(prompts)
+    target, draft = _load(target, device), _load(draft, device)
+    depth = max(s.depth for s in specs)
+    _check_fit({"target": target, "draft": draft}, pairs, max_new_tokens, depth)
+    if vocab_size is None:
+        vocab_size = plan_vocabulary(target, draft).size
+    eos = eos_token_ids(target) if stop_at_eos else []
+    layouts = {s.name: TreeLayout.from_paths(s.as_lists()) for s in specs}
+    todo, skipped = [], []
+    for name, v in found.items():
+        for s in specs:
+            reason = not_applicable_reason(v, layouts[s.name])
+            info = {"verifier": name, "design": v.design, "family": s.family, "tree": s.name}
+            if reason is None:
+                todo.append((name, v, s))
+            else:
+                skipped.append({**info, "nodes": s.nodes, "depth": s.depth, "note": reason})
+    from tqdm import tqdm
+
+    bar = tqdm(
+        total=len(todo) * len(pairs),
+        unit="prompt",
+        desc="tree decoding",
+        disable=None if progress else True,
+    )
+    rows: list[dict[str, object]] = []
+    texts: list[dict[str, object]] = []
+    with bar:
+        for name, v, s in todo:
+            bar.set_postfix_str(f"{name} {s.name}", refresh=False)
+            config = _config_seed(seed, name, s.name)
+            rng, pred_seed = np.random.default_rng(config), int(config.generate_state(1)[0])
+            records, out = decode_tree(
+                target,
+                draft,
+                pairs,
+                layouts[s.name],
+                v,
+                rng,
+                max_new_tokens=max_new_tokens,
+                temperature=float(temperature),
+                vocab_size=vocab_size,
+                batch_size=batch_size,
+                eos_token_ids=eos,
+                predict=predict,
+                prediction_trials=prediction_trials,
+                prediction_seed=pred_seed,
+                on_prompt_done=lambda: bar.update(1),
+            )
+            head = {
+                "verifier": name,
+                "design": v.design,
+                "family": s.family,
+                "tree": s.name,
+                "nodes": s.nodes,
+                "depth": s.depth,
+                "branching": list(layouts[s.name].branching),
+            }
+            rows.extend({**head, **r} for r in records)
+            texts.extend(
+                {"verifier": name, "tree": s.name, "prompt": pid, "tokens": tokens}
+                for pid, tokens in sorted(out.items())
+            )
+    steps = pd.DataFrame(rows, columns=list(STEP_COLUMNS))
+    summary = summarise_tree_steps(
+        steps, {s.name: s.as_lists() for s in specs}, skipped if skipped else ()
+    )
+    continuations = pd.DataFrame(texts, columns=["verifier", "tree", "prompt", "tokens"])
+    return TreeDecodingResult(steps, summary, continuations, tuple(specs), seed, float(temperature))
