@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import secrets
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 _TMP_RE = re.compile(r"^\..+\.tmp-[0-9]+-[0-9a-f]{8}$")
 
@@ -61,6 +63,13 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[Path]:
             tmp.unlink()
         raise
     fsync_directory(path.parent)
+
+
+def write_json(path: str | os.PathLike[str], record: Mapping[str, Any]) -> None:
+    """Write ``record`` to ``path`` as indented JSON, atomically (:func:`atomic_output`);
+    values JSON does not know are written as their ``str``."""
+    with atomic_output(path) as tmp:
+        tmp.write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
 
 
 def temporaries(directory: Path) -> Iterable[Path]:

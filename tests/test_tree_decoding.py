@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -428,3 +429,129 @@ def test_cli_bad_input_is_one_line(saved_pair, tmp_path, capsys, extra, message)
     assert err.count("\n") == 1 and "Traceback" not in err, err
     line = err.strip()
     assert line.startswith("simulate_trees: error:") and message in line, line
+
+
+# -- (6) resuming an interrupted run -----------------------------------------------------------
+
+RESUME_RUN = {
+    "verifiers": ("rrs", "spechub"),
+    "trees": "binary:1-2,ternary:1",  # 5 pairs: spechub is not defined on ternary trees
+    "max_new_tokens": 4,
+    "batch_size": 2,
+    "prediction_trials": 100,
+}
+
+
+def _counting_decode(monkeypatch, fail_at: int | None = None, error: type = RuntimeError):
+    """Count the (verifier, tree) pairs computed; raise ``error`` at pair ``fail_at``."""
+    import otbound.tree_decoding._run as run_module
+
+    calls: list[int] = []
+    original = run_module.decode_tree
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == fail_at:
+            raise error("interrupted")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(run_module, "decode_tree", counted)
+    return calls
+
+
+def _leftovers(out: Path) -> list[str]:
+    """Temporary files anywhere under ``out`` (atomic writes leave none)."""
+    return [str(p) for p in out.rglob(".*")]
+
+
+@needs_torch
+def test_an_interrupted_run_resumes_to_the_uninterrupted_tables(tmp_path, monkeypatch) -> None:
+    models = (_llama(40, 0, std=0.3), _llama(40, 1, std=0.3, layers=1))
+    prompts = [[3, 4, 5], [3, 4, 6], [3, 4, 7]]
+    whole = run_tree_decoding(*models, prompts, **RESUME_RUN)
+    parts = tmp_path / "parts"
+    _counting_decode(monkeypatch, fail_at=3)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        run_tree_decoding(*models, prompts, **RESUME_RUN, parts_dir=parts)
+    assert len(list(parts.glob("*__*.json"))) == 2 and not _leftovers(tmp_path)
+    calls = _counting_decode(monkeypatch)
+    resumed = run_tree_decoding(*models, prompts, **RESUME_RUN, parts_dir=parts)
+    assert len(calls) == 3 and resumed.resumed == 2  # only the missing pairs
+    pd.testing.assert_frame_equal(resumed.steps, whole.steps)
+    pd.testing.assert_frame_equal(resumed.summary, whole.summary)
+    pd.testing.assert_frame_equal(resumed.continuations, whole.continuations)
+    again = run_tree_decoding(*models, prompts, **RESUME_RUN, parts_dir=parts)
+    assert len(calls) == 3 and again.resumed == 5
+    pd.testing.assert_frame_equal(again.steps, whole.steps)
+    assert not _leftovers(tmp_path)
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"seed": 1}, "seed: 0 then, 1 now"),
+        ({"prompts": [[3, 4, 5], [3, 4, 8]]}, "prompts.sha256"),
+        ({"draft": "other"}, "draft.parameters"),
+    ],
+)
+def test_a_checkpoint_of_other_settings_is_refused(tmp_path, change, message) -> None:
+    from otbound.tree_decoding import CheckpointMismatch
+
+    run = {"verifiers": "rrs", "trees": "chain:1", "max_new_tokens": 2, "predict": False}
+    models = {"target": _llama(40, 0, std=0.3), "draft": _llama(40, 1, std=0.3, layers=1)}
+    inputs = {**models, "prompts": [[3, 4, 5], [3, 4, 6]]}
+    run_tree_decoding(**inputs, **run, parts_dir=tmp_path)
+    if change.get("draft") == "other":
+        change = {"draft": _llama(40, 2, std=0.3, layers=1)}
+    with pytest.raises(CheckpointMismatch, match=re.escape(message)):
+        run_tree_decoding(**{**inputs, **run, **change}, parts_dir=tmp_path)
+
+
+def _cli_args(saved_pair, out: Path, *extra: str) -> list[str]:
+    return [
+        "--target", str(saved_pair["target"]), "--draft", str(saved_pair["draft"]),
+        "--prompts", str(saved_pair["prompts"]), "--max-prompts", "2", "--max-new-tokens", "3",
+        "--verifiers", "rrs,greedy", "--trees", "binary:1-2", "--prediction-trials", "100",
+        "--out", str(out), "--quiet", *extra,
+    ]  # fmt: skip
+
+
+@needs_torch
+def test_cli_resume_keeps_finished_pairs(saved_pair, tmp_path, monkeypatch, capsys) -> None:
+    from otbound.cli.simulate_trees import main
+
+    whole, out = tmp_path / "whole", tmp_path / "out"
+    assert main(_cli_args(saved_pair, whole)) == 0
+    _counting_decode(monkeypatch, fail_at=2, error=KeyboardInterrupt)
+    assert main(_cli_args(saved_pair, out)) == 130
+    assert "rerun with --resume" in capsys.readouterr().err
+    assert len(list((out / "parts").glob("*__*.json"))) == 1 and not _leftovers(out)
+    calls = _counting_decode(monkeypatch)
+    assert main(_cli_args(saved_pair, out, "--resume")) == 0
+    assert len(calls) == 3
+    for name in ("tree_steps.parquet", "tree_summary.csv"):
+        read = pd.read_parquet if name.endswith(".parquet") else pd.read_csv
+        pd.testing.assert_frame_equal(read(out / name), read(whole / name))
+    record = json.loads((out / "run.json").read_text())
+    assert record["resumed_pairs"] == 1
+    assert record["fingerprint"] == json.loads((whole / "run.json").read_text())["fingerprint"]
+    assert not _leftovers(tmp_path)
+
+
+@needs_torch
+def test_cli_resume_with_other_settings_is_one_line(saved_pair, tmp_path, capsys) -> None:
+    from otbound.cli.simulate_trees import main
+
+    out = tmp_path / "out"
+    assert main(_cli_args(saved_pair, out)) == 0
+    capsys.readouterr()
+    assert main(_cli_args(saved_pair, out, "--resume", "--temperature", "0.7")) != 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"simulate_trees: error: cannot resume {out}:"), err
+    assert "temperature: 1.0 then, 0.7 now" in err and "drop --resume" in err, err
+    # without --resume the earlier run's parts are removed, not mixed in
+    assert main(_cli_args(saved_pair, out, "--temperature", "0.7")) == 0
+    assert json.loads((out / "run.json").read_text())["settings"]["temperature"] == 0.7
+    assert len(list((out / "parts").glob("*__*.json"))) == 4 and not _leftovers(out)

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
-from otbound._files import atomic_output
+from otbound._files import atomic_output, write_json
 from otbound.analysis._config import AnalysisConfig
 from otbound.analysis._shard import ShardOutcome, analyse_shard
 from otbound.analysis._summary import (
@@ -96,11 +96,6 @@ def dump_fingerprint(dump: Dump) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _write_json(path: Path, record: dict[str, Any]) -> None:
-    with atomic_output(path) as tmp:
-        tmp.write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
-
-
 class _ShardStore:
     """``OUT/shards``: one Parquet table per finished shard, then a JSON marker naming the run
     it belongs to (written last, so a marker means a complete table)."""
@@ -134,7 +129,7 @@ class _ShardStore:
         table, marker = self._paths(outcome.shard_id)
         with atomic_output(table) as tmp:
             outcome.rows.to_parquet(tmp, index=False)
-        _write_json(
+        write_json(
             marker,
             {
                 "shard": outcome.shard_id,
@@ -322,7 +317,7 @@ def run_analysis(
         for name in (*_FINAL_FILES, RUN_FILE):
             with contextlib.suppress(FileNotFoundError):
                 (out / name).unlink()
-    _write_json(out / RUN_FILE, {**record, "run_key": run_key, "complete": False})
+    write_json(out / RUN_FILE, {**record, "run_key": run_key, "complete": False})
 
     sizes = config.steps_per_shard([info.num_steps for info in dump.shards])
     shards = [  # with max_steps, the shards past it are left out
@@ -368,7 +363,7 @@ def run_analysis(
         resumed=len(shards) - len(pending),
     )
     if failures:
-        _write_json(
+        write_json(
             out / RUN_FILE,
             {**record, "run_key": run_key, "complete": False, "failures": result.failures},
         )
@@ -386,7 +381,7 @@ def run_analysis(
 
         result.files += save_run_figures(summary, histogram, out)
     result.summary = summary
-    _write_json(
+    write_json(
         out / RUN_FILE,
         {
             **record,

@@ -6,12 +6,19 @@ For every verifier and tree the draft model grows the tree with the verifier's d
 the target scores all nodes in one forward pass with a tree attention mask, and the verifier
 walks the tree (:mod:`otbound.tree_decoding`). DIR gets ``tree_steps.parquet`` (one row per
 target call), ``tree_summary.csv`` (tokens per call with 95% intervals clustered over prompts,
-the prediction and the bound) and ``tokens_per_call.png``; the table is printed.
+the prediction and the bound), ``tokens_per_call.png`` and ``run.json`` (the settings and the
+fingerprint of settings, prompts and models); the table is printed.
+
+Each finished (verifier, tree) pair is saved at once under ``DIR/parts``; ``--resume`` keeps
+the pairs of an earlier, interrupted run into the same DIR and computes only the others (the
+tables equal an uninterrupted run's), and refuses if the settings, prompts or models changed.
+Without ``--resume`` the parts and outputs of an earlier run in DIR are removed first.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import sys
 from collections.abc import Sequence
@@ -19,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from otbound._files import atomic_output
+from otbound._files import atomic_output, write_json
 from otbound.cli._common import (
     CommandError,
     HelpFormatter,
@@ -42,6 +49,9 @@ SAMPLE_PROMPTS = _DATA / "prompts" / "c4_heldout.jsonl"
 STEPS_FILE = "tree_steps.parquet"
 SUMMARY_FILE = "tree_summary.csv"
 FIGURE_FILE = "tokens_per_call.png"
+RUN_FILE = "run.json"
+#: The checkpoint directory under ``--out``: one file per finished (verifier, tree) pair.
+PARTS_DIR = "parts"
 
 _DEFAULT_VERIFIERS = "rrs,rrs_without_replacement,spechub,greedy,kseq"
 
@@ -112,6 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
     add("--ignore-eos", action="store_true", help="do not stop at end-of-sequence tokens")
     add("--device", default=None, help="torch device (default: cuda when present, else cpu)")
     add("--out", default="out/trees", help="output directory")
+    add(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted run into --out: keep the (verifier, tree) pairs it "
+        "finished (refused if the settings, prompts or models changed); without it, an earlier "
+        "run's results in --out are removed first",
+    )
     add("--quiet", action="store_true", help="no progress bar and no table")
     return parser
 
@@ -147,7 +164,34 @@ def _write(result, out: Path) -> list[Path]:
     with atomic_output(summary_path) as tmp:
         result.summary.to_csv(tmp, index=False)
     figure = save_figure(tokens_per_call_vs_tree_size(result.summary), out / FIGURE_FILE)
-    return [steps_path, summary_path, figure]
+    written = [steps_path, summary_path, figure]
+    record = {
+        "otbound": _version(),
+        "fingerprint": result.fingerprint,
+        "settings": result.settings,
+        "verifiers": list(dict.fromkeys(result.summary["verifier"])),
+        "trees": [spec.name for spec in result.trees],
+        "resumed_pairs": result.resumed,
+        "files": [p.name for p in written],
+    }
+    write_json(out / RUN_FILE, record)
+    return [*written, out / RUN_FILE]
+
+
+def _version() -> str:
+    from otbound import __version__
+
+    return __version__
+
+
+def _start_afresh(out: Path) -> None:
+    """Remove an earlier run's parts and outputs from ``out`` (what ``compute_bounds`` does)."""
+    from otbound.tree_decoding import clear_parts
+
+    clear_parts(out / PARTS_DIR)
+    for name in (STEPS_FILE, SUMMARY_FILE, FIGURE_FILE, RUN_FILE):
+        with contextlib.suppress(FileNotFoundError):
+            (out / name).unlink()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -167,6 +211,8 @@ def run(args: argparse.Namespace) -> int:
             f"needs torch and transformers ({exc}): pip install 'otbound[torch]'"
         ) from None
     out = writable_directory(args.out)
+    if not args.resume:
+        _start_afresh(out)
     _quiet_transformers()
     prompts = capture.read_prompts(
         args.prompts,
@@ -191,10 +237,13 @@ def run(args: argparse.Namespace) -> int:
         predict=not args.no_prediction,
         prediction_trials=args.prediction_trials,
         progress=not args.quiet,
+        parts_dir=out / PARTS_DIR,
     )
     written = _write(result, out)
     if not args.quiet:
         print(format_table(result.summary))
+        if result.resumed:
+            print(f"kept {result.resumed} finished (verifier, tree) pair(s) from {out / PARTS_DIR}")
         print(f"wrote {', '.join(p.name for p in written)} to {out}")
     return 0
 
@@ -206,6 +255,14 @@ def _cli_words(text: str) -> str:
 
 def _reason(exc: Exception) -> str:
     """One line for a failure: the library's message, or a model's exception and first line."""
+    from otbound.tree_decoding import CheckpointMismatch
+
+    if isinstance(exc, CheckpointMismatch):
+        return (
+            f"cannot resume {exc.directory.parent}: its earlier run used other settings, "
+            f"prompts or models ({exc.changes}); drop --resume to start again, or choose "
+            "another --out"
+        )
     if isinstance(exc, ValueError):
         return _cli_words(str(exc))
     lines = str(exc).strip().splitlines()

@@ -16,6 +16,7 @@ module             job
 ``_walk``          the verifier walks the tree (pure numpy)
 ``_specs``         named trees and the ``binary:1-5,ternary:1-3`` syntax
 ``_run``           the decoding loop over prompts, verifiers and trees
+``_resume``        checkpoints: one file per finished (verifier, tree) pair, fingerprinted
 ``_summary``       tokens per call with intervals, prediction and bound
 =================  ==============================================================
 
@@ -28,6 +29,13 @@ import this package, and the layout, mask, walk and summary work without torch.
 from otbound.tree_decoding._grow import DraftTree, grow_tree
 from otbound.tree_decoding._layout import TreeLayout
 from otbound.tree_decoding._mask import TreeInputs, tree_inputs
+from otbound.tree_decoding._resume import (
+    CheckpointMismatch,
+    PartStore,
+    checkpoint_settings,
+    clear_parts,
+    model_fingerprint,
+)
 from otbound.tree_decoding._run import (
     STEP_COLUMNS,
     TREE_VERIFIERS,
@@ -46,16 +54,21 @@ __all__ = [
     "STEP_COLUMNS",
     "TREE_SUMMARY_COLUMNS",
     "TREE_VERIFIERS",
+    "CheckpointMismatch",
     "DraftTree",
     "NodeDistributions",
+    "PartStore",
     "TreeDecodingResult",
     "TreeInputs",
     "TreeLayout",
     "TreeSpec",
     "WalkResult",
+    "checkpoint_settings",
+    "clear_parts",
     "decode_tree",
     "grow_tree",
     "kary_spec",
+    "model_fingerprint",
     "not_applicable_reason",
     "parse_trees",
     "run_tree_decoding",

@@ -15,6 +15,11 @@ At each call the root's ``(p, q)`` also give the prediction's inputs: the verifi
 acceptance per depth (:func:`otbound.trees.positional_acceptance`, exact where the verifier
 allows it, else Monte Carlo) and the design's ``α*`` (:func:`otbound.optimal_acceptance`);
 :func:`summarise_tree_steps` averages them over the calls.
+
+Resuming: with ``parts_dir`` each finished (verifier, tree) pair is saved at once, and the pairs
+an interrupted run finished are read back instead of computed
+(:mod:`otbound.tree_decoding._resume`); since every pair has its own generator, the result
+equals an uninterrupted run's.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from otbound.bounds import optimal_acceptance
 from otbound.drafts import get_design
 from otbound.tree_decoding._grow import grow_tree
 from otbound.tree_decoding._layout import TreeLayout
+from otbound.tree_decoding._resume import Part, PartStore, checkpoint_settings
 from otbound.tree_decoding._scoring import NodeDistributions, tree_logits
 from otbound.tree_decoding._specs import TreeSpec, parse_trees
 from otbound.tree_decoding._summary import TREE_KEYS, summarise_tree_steps
@@ -76,6 +82,13 @@ class TreeDecodingResult:
     trees : tuple of TreeSpec
     seed : int
     temperature : float
+    fingerprint : str or None
+        The hash of the settings, prompts and models the checkpoint is keyed by (with
+        ``parts_dir`` only).
+    settings : dict
+        What the fingerprint covers (:func:`checkpoint_settings`; with ``parts_dir`` only).
+    resumed : int
+        (verifier, tree) pairs read from ``parts_dir`` instead of computed.
     """
 
     steps: pd.DataFrame
@@ -84,6 +97,9 @@ class TreeDecodingResult:
     trees: tuple[TreeSpec, ...] = ()
     seed: int = 0
     temperature: float = 1.0
+    fingerprint: str | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    resumed: int = 0
 
 
 def not_applicable_reason(verifier: Any, layout: TreeLayout) -> str | None:
@@ -344,6 +360,7 @@ def run_tree_decoding(
     prediction_trials: int = 2000,
     device: Any = None,
     progress: bool = False,
+    parts_dir: str | Path | None = None,
 ) -> TreeDecodingResult:
     """Tree speculative decoding for every verifier and tree; tokens per call against prediction.
 
@@ -377,6 +394,11 @@ def run_tree_decoding(
         Where to load model directories.
     progress : bool, default False
         A tqdm bar over (verifier, tree, prompt).
+    parts_dir : path, optional
+        A checkpoint directory (:mod:`otbound.tree_decoding._resume`): each finished
+        (verifier, tree) pair's records and continuations are written there at once, and the
+        pairs already there, from an interrupted run with the same settings, prompts and
+        models, are read instead of computed. The result equals an uninterrupted run's.
 
     Returns
     -------
@@ -386,6 +408,9 @@ def run_tree_decoding(
     ------
     ValueError
         Bad arguments (named), prompts that do not fit the models' context, unknown verifiers.
+    CheckpointMismatch
+        ``parts_dir`` holds a run with other settings, prompts or models (a ``ValueError``
+        that names what changed).
     """
     from otbound.capture import eos_token_ids, plan_vocabulary
 
@@ -417,10 +442,28 @@ def run_tree_decoding(
                 todo.append((name, v, s))
             else:
                 skipped.append({**info, "nodes": s.nodes, "depth": s.depth, "note": reason})
+    options: dict[str, Any] = {
+        "max_new_tokens": max_new_tokens,
+        "temperature": float(temperature),
+        "vocab_size": vocab_size,
+        "batch_size": batch_size,
+        "eos_token_ids": eos,
+        "predict": predict,
+        "prediction_trials": prediction_trials,
+    }
+    store, done = None, {}
+    if parts_dir is not None:
+        settings = checkpoint_settings(
+            target, draft, pairs, seed=seed, stop_at_eos=stop_at_eos, **options
+        )
+        store = PartStore(parts_dir, settings)
+        done = {(name, s.name): store.load(name, v.design, s) for name, v, s in todo}
+    resumed = sum(part is not None for part in done.values())
     from tqdm import tqdm
 
     bar = tqdm(
         total=len(todo) * len(pairs),
+        initial=resumed * len(pairs),
         unit="prompt",
         desc="tree decoding",
         disable=None if progress else True,
@@ -430,25 +473,24 @@ def run_tree_decoding(
     with bar:
         for name, v, s in todo:
             bar.set_postfix_str(f"{name} {s.name}", refresh=False)
-            config = _config_seed(seed, name, s.name)
-            rng, pred_seed = np.random.default_rng(config), int(config.generate_state(1)[0])
-            records, out = decode_tree(
-                target,
-                draft,
-                pairs,
-                layouts[s.name],
-                v,
-                rng,
-                max_new_tokens=max_new_tokens,
-                temperature=float(temperature),
-                vocab_size=vocab_size,
-                batch_size=batch_size,
-                eos_token_ids=eos,
-                predict=predict,
-                prediction_trials=prediction_trials,
-                prediction_seed=pred_seed,
-                on_prompt_done=lambda: bar.update(1),
-            )
+            part: Part | None = done.get((name, s.name))
+            if part is None:
+                config = _config_seed(seed, name, s.name)
+                rng, pred_seed = np.random.default_rng(config), int(config.generate_state(1)[0])
+                part = decode_tree(
+                    target,
+                    draft,
+                    pairs,
+                    layouts[s.name],
+                    v,
+                    rng,
+                    **options,
+                    prediction_seed=pred_seed,
+                    on_prompt_done=lambda: bar.update(1),
+                )
+                if store is not None:
+                    store.save(name, v.design, s, part)
+            records, out = part
             head = {
                 "verifier": name,
                 "design": v.design,
@@ -468,4 +510,14 @@ def run_tree_decoding(
         steps, {s.name: s.as_lists() for s in specs}, skipped if skipped else ()
     )
     continuations = pd.DataFrame(texts, columns=["verifier", "tree", "prompt", "tokens"])
-    return TreeDecodingResult(steps, summary, continuations, tuple(specs), seed, float(temperature))
+    return TreeDecodingResult(
+        steps,
+        summary,
+        continuations,
+        tuple(specs),
+        seed,
+        float(temperature),
+        fingerprint=None if store is None else store.fingerprint,
+        settings={} if store is None else store.settings,
+        resumed=resumed,
+    )
