@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import itertools
 import json
@@ -429,6 +430,28 @@ def test_cli_bad_input_is_one_line(saved_pair, tmp_path, capsys, extra, message)
     assert err.count("\n") == 1 and "Traceback" not in err, err
     line = err.strip()
     assert line.startswith("simulate_trees: error:") and message in line, line
+
+
+@needs_torch
+def test_cli_out_of_memory_suggests_a_smaller_batch(saved_pair, tmp_path, monkeypatch, capsys):
+    import torch
+    import transformers
+
+    from otbound.cli.simulate_trees import main
+
+    @functools.wraps(transformers.LlamaForCausalLM.forward)  # keeps its signature
+    def no_memory(self, *args, **kwargs):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(transformers.LlamaForCausalLM, "forward", no_memory)
+    out = tmp_path / "o"
+    assert main(_cli_args(saved_pair, out, "--batch-size", "4")) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert "out of memory" in err and "--batch-size (now 4)" in err, err
+    # no outputs and no temporary files: only the checkpoint's settings, kept for --resume
+    files = [p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()]
+    assert files == ["parts/settings.json"], files
 
 
 # -- (6) resuming an interrupted run -----------------------------------------------------------

@@ -212,6 +212,8 @@ def decode_tree(
         Per-call records (``prompt``, ``call``, ``tokens``, ``accepted``, ``bonus`` and the
         prediction's inputs), and each prompt's continuation.
     """
+    from otbound.capture import out_of_memory_guard
+
     layout = tree if isinstance(tree, TreeLayout) else TreeLayout.from_paths(tree)
     reason = not_applicable_reason(verifier, layout)
     if reason is not None:
@@ -228,16 +230,19 @@ def decode_tree(
         active = [_Row(int(i), list(ids)) for i, ids in prompts[start : start + batch_size]]
         while active:
             prefixes = [row.ids + row.new for row in active]
-            grown = grow_tree(
-                draft,
-                prefixes,
-                layout,
-                verifier.design,
-                rng,
-                temperature=temperature,
-                vocab_size=vocab_size,
-            )
-            logits = tree_logits(target, prefixes, grown.tokens, layout, vocab_size=vocab_size)
+            where = f"decoding a {layout.size}-node tree for prompts {active[0].prompt}.."
+            where += f"{active[-1].prompt}"
+            with out_of_memory_guard(batch_size, where):
+                grown = grow_tree(
+                    draft,
+                    prefixes,
+                    layout,
+                    verifier.design,
+                    rng,
+                    temperature=temperature,
+                    vocab_size=vocab_size,
+                )
+                logits = tree_logits(target, prefixes, grown.tokens, layout, vocab_size=vocab_size)
             p = [NodeDistributions(logits[b], temperature) for b in range(len(active))]
             still: list[_Row] = []
             for b, row in enumerate(active):
