@@ -55,6 +55,8 @@ from otbound.capture._models import (
     load_tokenizer,
     logit_width,
     model_name,
+    prompt_tokenizer,
+    quiet_transformers,
     resolve_device,
 )
 from otbound.capture._prompts import (
@@ -105,6 +107,8 @@ __all__ = [
     "prompt_file_info",
     "prompt_format",
     "prompt_generator",
+    "prompt_tokenizer",
+    "quiet_transformers",
     "read_prompts",
     "resolve_device",
     "sample_tokens",

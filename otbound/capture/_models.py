@@ -156,6 +156,33 @@ def load_tokenizer(path: str | Path, *, trust_remote_code: bool = False) -> Any:
         ) from None
 
 
+def prompt_tokenizer(
+    target: str | Path, tokenizer: str | Path | None = None, *, trust_remote_code: bool = False
+) -> Any:
+    """The tokenizer for text prompts: ``tokenizer`` when given, else the target's own (its
+    local directory's tokenizer files, or the hub name's), else None (token-id prompts only).
+
+    Raises
+    ------
+    CaptureError
+        The tokenizer cannot be loaded.
+    """
+    if tokenizer is not None:
+        return load_tokenizer(tokenizer, trust_remote_code=trust_remote_code)
+    local = Path(target).expanduser().exists()
+    if has_tokenizer(target) or (not local and is_hub_name(str(target))):
+        return load_tokenizer(target, trust_remote_code=trust_remote_code)
+    return None
+
+
+def quiet_transformers() -> None:
+    """No loading bars or advisory logging from transformers on stderr."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
 def model_name(model: Any) -> str:
     """What a model was loaded from (``name_or_path``), for the manifest."""
     return str(getattr(model, "name_or_path", "") or type(model).__name__)

@@ -174,23 +174,6 @@ def _check_output(out: Path, resume: bool) -> Path:
     return writable_directory(out)
 
 
-def _quiet_transformers() -> None:
-    """No loading bars or advisory logging from transformers on stderr."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-
-
-def _tokenizer(args: argparse.Namespace, capture: Any) -> Any:
-    if args.tokenizer is not None:
-        return capture.load_tokenizer(args.tokenizer, trust_remote_code=args.trust_remote_code)
-    local = Path(args.target).expanduser().exists()
-    if capture.has_tokenizer(args.target) or (not local and capture.is_hub_name(args.target)):
-        return capture.load_tokenizer(args.target, trust_remote_code=args.trust_remote_code)
-    return None
-
-
 def _draft_tokenizer(args: argparse.Namespace, capture: Any) -> Any:
     if capture.has_tokenizer(args.draft) and Path(args.draft) != Path(args.tokenizer or ""):
         return capture.load_tokenizer(args.draft, trust_remote_code=args.trust_remote_code)
@@ -206,8 +189,10 @@ def run(args: argparse.Namespace) -> int:
             f"needs torch and transformers ({exc}): pip install 'otbound[torch]'"
         ) from None
     out = _check_output(Path(args.out), args.resume)
-    _quiet_transformers()
-    tokenizer = _tokenizer(args, capture)
+    capture.quiet_transformers()
+    tokenizer = capture.prompt_tokenizer(
+        args.target, args.tokenizer, trust_remote_code=args.trust_remote_code
+    )
     options = {
         "add_special_tokens": not args.no_special_tokens,
         "max_prompts": args.max_prompts,

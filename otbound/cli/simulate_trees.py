@@ -133,14 +133,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _tokenizer(args: argparse.Namespace, capture) -> object:
-    if args.tokenizer is not None:
-        return capture.load_tokenizer(args.tokenizer)
-    if capture.has_tokenizer(args.target):
-        return capture.load_tokenizer(args.target)
-    return None
-
-
 def format_table(summary: pd.DataFrame) -> str:
     """The summary as printed: tokens per call [95% interval], prediction, bound."""
     rows = summary.copy()
@@ -204,7 +196,6 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"--temperature must be > 0, got {args.temperature:g}")
     try:
         import otbound.capture as capture
-        from otbound.cli.log_distributions import _quiet_transformers
         from otbound.tree_decoding import run_tree_decoding
     except ImportError as exc:
         raise CommandError(
@@ -213,10 +204,10 @@ def run(args: argparse.Namespace) -> int:
     out = writable_directory(args.out)
     if not args.resume:
         _start_afresh(out)
-    _quiet_transformers()
+    capture.quiet_transformers()
     prompts = capture.read_prompts(
         args.prompts,
-        _tokenizer(args, capture),
+        capture.prompt_tokenizer(args.target, args.tokenizer),
         max_prompts=args.max_prompts,
         max_prompt_tokens=args.max_prompt_tokens,
         truncation_side=args.truncation_side,
