@@ -269,9 +269,13 @@ def test_bound_concentrates_on_the_largest_subtree() -> None:
 # -- positional vectors of verifiers -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["rrs", "rrs_without_replacement", "single", "topk"])
+POSITIONAL_EXACT = ["rrs", "rrs_without_replacement", "single", "topk"]
+
+
+@pytest.mark.parametrize("name", POSITIONAL_EXACT)
 def test_exact_positional_matches_monte_carlo(name: str) -> None:
-    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    # a fixed seed per verifier: str hashes change from process to process
+    rng = np.random.default_rng([11, POSITIONAL_EXACT.index(name)])
     trials = 40_000
     for case in range(3):
         vocab = int(rng.integers(3, 7))
