@@ -679,6 +679,23 @@ def test_importance_tail_rules_and_coincidence_term():
     assert positive > 0
 
 
+def test_importance_stages_are_shared_across_n_in_any_order():
+    """The cached chain of stages gives, for each n, what a fresh verifier builds for that n."""
+    rng = np.random.default_rng(13)
+    p, q = rng.dirichlet(np.full(30, 0.5)), rng.dirichlet(np.full(30, 0.5))
+    shared = get_verifier("importance", top=4)
+    for n in (3, 2, 5, 4, 1):
+        got = shared.stages(p, q, n)
+        want = get_verifier("importance", top=4).stages(p, q, n)
+        assert len(got) == len(want) == n - 1
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a.rank, b.rank)
+            np.testing.assert_array_equal(a.keep_top, b.keep_top)
+            np.testing.assert_array_equal(a.induced, b.induced)
+    other = rng.dirichlet(np.full(30, 0.5))  # another step does not see this step's chain
+    assert shared.stages(other, q, 2)[0].induced is not shared.stages(p, q, 2)[0].induced
+
+
 def test_importance_fixed_tail_rule_can_fall_below_single_draft():
     """Inherent to the practical scheme (module docstring), not a bug: a top-s token always beats
     a tail token, so p_I(tail) = P(both drafts in the tail) and "keep x_1" is infeasible. With

@@ -199,18 +199,26 @@ class ImportanceSampling(BaseVerifier):
         return [q[k] for k in range(n)] if q.ndim == 2 else [q] * n
 
     def stages(self, p: np.ndarray, q: np.ndarray, n: int) -> list[SelectionStage]:
-        """The ``n − 1`` pairwise selection stages (validated inputs)."""
-        return self._memo("stages", p, q, n, lambda: self._build_stages(p, q, n))
+        """The ``n − 1`` pairwise selection stages (validated inputs).
 
-    def _build_stages(self, p: np.ndarray, q: np.ndarray, n: int) -> list[SelectionStage]:
-        slots = self._slots(q, n)
-        out: list[SelectionStage] = []
-        current = slots[0]
-        for k in range(1, n):
-            stage = _solve_stage(p, current, slots[k], self.top)
-            out.append(stage)
-            current = stage.induced
-        return out
+        Stage ``k`` depends on ``p`` and the slots ``1..k+1`` only, so with one draft
+        distribution (``q`` of shape ``(V,)``) the stages of every ``n`` are prefixes of one
+        chain, cached per ``(p, q)`` and grown on demand: ``n = 2, 3, 4, 8`` on one step solve
+        7 LPs, not 13.
+        """
+        if q.ndim == 2:  # per_slot: q itself changes with n
+            return self._memo("stages", p, q, n, lambda: self._grow(p, self._slots(q, n), []))
+        chain = self._memo("stage_chain", p, q, 0, list)
+        return self._grow(p, self._slots(q, n), chain)[: n - 1]
+
+    def _grow(
+        self, p: np.ndarray, slots: list[np.ndarray], chain: list[SelectionStage]
+    ) -> list[SelectionStage]:
+        """Append stages to ``chain`` (in place) until it folds every slot; return it."""
+        while len(chain) < len(slots) - 1:
+            current = chain[-1].induced if chain else slots[0]
+            chain.append(_solve_stage(p, current, slots[len(chain) + 1], self.top))
+        return chain
 
     def _induced(self, q: np.ndarray, n: int, stages: list[SelectionStage]) -> np.ndarray:
         return stages[-1].induced if stages else self._slots(q, n)[0]
