@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -297,6 +298,121 @@ def test_exact_positional_matches_monte_carlo(name: str) -> None:
             np.testing.assert_allclose(wider.values[:width], exact.values, atol=1e-12)
 
 
+def kseq_positional_oracle(p: np.ndarray, q: np.ndarray, n: int) -> np.ndarray:
+    """``P(the first draft equal to Y is draft k)`` for K-SEQ, by enumerating every draft tuple.
+
+    From the definition: drafts i.i.d. from ``q``; each in turn accepted with probability
+    ``min(1, p/(ρ q))``; after ``n`` rejections ``Y`` is drawn from ``∝ (p − min(q, p/ρ) c)⁺``.
+    """
+    rho = get_verifier("kseq").rho(p, q, n)
+    take = np.minimum(q, p / rho)
+    c = sum((1.0 - take.sum()) ** i for i in range(n))
+    left = np.maximum(p - take * c, 0.0)
+    left = left / left.sum() if left.sum() > 0 else p
+    out = np.zeros(n)
+    for x in itertools.product(np.flatnonzero(q > 0).tolist(), repeat=n):
+        first = {y: x.index(y) for y in x}
+        reach = float(np.prod(q[list(x)]))
+        for y in x:
+            accept = min(1.0, p[y] / (rho * q[y]))
+            out[first[y]] += reach * accept
+            reach *= 1.0 - accept
+        for y, j in first.items():  # the residual lands on a draft
+            out[j] += reach * left[y]
+    return out
+
+
+def spechub_positional_oracle(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``(P(Y = x_1), P(Y = x_2))`` for SpecHub, by enumerating the hub pairs (module steps 1-3)."""
+    hub = int(np.argmax(q))
+    off = np.arange(p.size) != hub
+    r = np.where(off, q, 0.0) / q[off].sum()
+    slack = np.maximum(r - p, 0.0)[off].sum()
+    theta = p[hub] / slack if slack > 0 else 0.0
+    left = np.where(off, np.maximum(p - r, 0.0), 0.0)
+    left = left / left.sum() if left.sum() > 0 else left
+    out = np.zeros(2)
+    for i in np.flatnonzero(off & (q > 0)):
+        keep = min(1.0, p[i] / r[i])
+        to_i = keep + (1.0 - keep) * (1.0 - theta) * left[i]
+        to_hub = (1.0 - keep) * theta
+        out += q[i] * np.array([to_i, to_hub])  # drafts (i, hub)
+        out += q[hub] * r[i] * np.array([to_hub, to_i])  # drafts (hub, i)
+    return out
+
+
+def oracle_pairs(rng: np.random.Generator, cases: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Small pairs: flat and spiky Dirichlet, zeros in p and q, p = q, disjoint supports."""
+    pairs = [
+        (np.array([0.3, 0.4, 0.3]), np.array([0.6, 0.3, 0.1])),
+        (np.array([0.2, 0.5, 0.3]), np.array([0.2, 0.5, 0.3])),  # p = q: nothing rejected
+        (np.array([0.0, 0.0, 0.6, 0.4]), np.array([0.7, 0.3, 0.0, 0.0])),  # β = 0
+    ]
+    for case in range(cases):
+        vocab = int(rng.integers(2, 6))
+        alpha = (1.0, 0.2)[case % 2]
+        p, q = rng.dirichlet(np.full(vocab, alpha)), rng.dirichlet(np.full(vocab, alpha))
+        if case % 3 == 0:
+            p[int(rng.integers(vocab))] = 0.0
+        if case % 4 == 1 and vocab > 2:
+            q[int(rng.integers(vocab))] = 0.0
+        pairs.append((p / p.sum(), q / q.sum()))
+    return pairs
+
+
+def test_kseq_positional_matches_enumeration() -> None:
+    v = get_verifier("kseq")
+    for p, q in oracle_pairs(np.random.default_rng(21), 30):
+        for width in range(1, 5):
+            exact = positional_acceptance("kseq", p, q, width)
+            assert exact.method == "exact" and exact.trials == 0
+            assert np.all(exact.stderr == 0.0)
+            np.testing.assert_allclose(
+                exact.values, kseq_positional_oracle(p, q, width), rtol=0, atol=1e-12
+            )
+            assert exact.values.sum() == pytest.approx(v.acceptance(p, q, width), abs=1e-12)
+
+
+def test_spechub_positional_matches_enumeration() -> None:
+    v = get_verifier("spechub")
+    for p, q in oracle_pairs(np.random.default_rng(22), 30):
+        if np.count_nonzero(q) < 2:
+            continue
+        exact = positional_acceptance("spechub", p, q, 2)
+        assert exact.method == "exact" and exact.trials == 0
+        np.testing.assert_allclose(exact.values, spechub_positional_oracle(p, q), atol=1e-12)
+        assert exact.values.sum() == pytest.approx(v.acceptance(p, q, 2), abs=1e-12)
+
+
+@pytest.mark.parametrize("name", ["kseq", "spechub"])
+def test_own_positional_matches_monte_carlo(name: str) -> None:
+    rng = np.random.default_rng([12, ("kseq", "spechub").index(name)])
+    trials = 40_000
+    widths = (2,) if name == "spechub" else (1, 2, 3, 4)
+    for case in range(4):
+        vocab = int(rng.integers(3, 9))
+        alpha = (1.0, 0.2)[case % 2]  # flat and spiky
+        p, q = rng.dirichlet(np.full(vocab, alpha)), rng.dirichlet(np.full(vocab, alpha))
+        for width in widths:
+            exact = positional_acceptance(name, p, q, width, method="exact")
+            mc = positional_acceptance(
+                name, p, q, width, trials=trials, seed=case, method="monte_carlo"
+            )
+            assert mc.method == "monte_carlo"
+            se = np.sqrt(np.maximum(exact.values * (1 - exact.values), 1e-6) / trials)
+            assert np.all(np.abs(mc.values - exact.values) <= 4 * se), (mc.values, exact.values)
+
+
+def test_kseq_positional_depends_on_width() -> None:
+    # ρ* depends on n: the vector is not a prefix of the wider one, unlike rrs
+    p, q = np.array([0.3, 0.4, 0.3]), np.array([0.6, 0.3, 0.1])
+    two = positional_acceptance("kseq", p, q, 2).values
+    three = positional_acceptance("kseq", p, q, 3).values
+    assert np.abs(three[:2] - two).max() > 1e-3
+    alphas = [get_verifier("kseq").acceptance(p, q, k) for k in (1, 2)]
+    assert np.abs(np.diff([0.0, *alphas]) - two).max() > 1e-3  # differences of α are wrong
+
+
 def test_positional_batch_is_the_mean_of_steps() -> None:
     rng = np.random.default_rng(2)
     pairs = [small_pair(rng, 5) for _ in range(4)]
@@ -306,9 +422,14 @@ def test_positional_batch_is_the_mean_of_steps() -> None:
     each = [positional_acceptance("rrs", a, b, 3).values for a, b in pairs]
     np.testing.assert_allclose(batch.values, np.mean(each, axis=0), atol=1e-14)
     assert batch.steps == 4
-    mc = positional_acceptance("kseq", p, q, 2, trials=20_000, seed=1)
+    mc = positional_acceptance("importance", p, q, 2, trials=20_000, seed=1)
     assert mc.method == "monte_carlo" and mc.trials == 20_000
     assert mc.stderr.shape == (2,) and np.all(mc.stderr > 0)
+    for name in ("kseq", "spechub"):  # width-dependent closed forms
+        own = positional_acceptance(name, p, q, 2)
+        assert own.method == "exact" and own.trials == 0
+        steps = [positional_acceptance(name, a, b, 2).values for a, b in pairs]
+        np.testing.assert_allclose(own.values, np.mean(steps, axis=0), atol=1e-14)
     # per-depth widths give a padded matrix
     rows = positional_acceptance("rrs", p, q, [3, 1])
     assert rows.values.shape == (2, 3)
@@ -331,7 +452,7 @@ def test_greedy_exact_matches_monte_carlo() -> None:
 def test_positional_errors() -> None:
     p, q = [0.3, 0.4, 0.3], [0.6, 0.3, 0.1]
     with pytest.raises(ValueError, match="no exact positional"):
-        positional_acceptance("kseq", p, q, 2, method="exact")
+        positional_acceptance("importance", p, q, 2, method="exact")
     with pytest.raises(ValueError, match="method"):
         positional_acceptance("rrs", p, q, 2, method="fast")
     with pytest.raises(ValueError, match="n=2 only"):
@@ -367,7 +488,7 @@ def test_bound_dominates_every_verifier() -> None:
             # Monte Carlo noise: 4 standard errors of each row sum, propagated to first order
             slack = 4 * float(np.sqrt((pa.stderr**2).sum())) * len(factors) * bound
             assert tokens <= bound + slack + 1e-12, (name, factors, tokens, bound)
-            if pa.method == "exact" and name in ("greedy", "topk"):
+            if pa.method == "exact" and name in ("greedy", "topk", "spechub"):
                 assert tokens == pytest.approx(bound, rel=1e-9)  # they reach α*
 
 

@@ -60,13 +60,19 @@ class PositionalAcceptance:
 
 
 def _exact_path(verifier: object, width: int) -> str | None:
-    """``"nested"``, ``"deterministic"``, ``"one"`` or None (Monte Carlo) for this verifier."""
+    """``"nested"``, ``"deterministic"``, ``"own"``, ``"one"`` or None (Monte Carlo).
+
+    ``"own"``: a verifier with its own exact ``positional(p, q, n)`` (``kseq``, ``spechub``).
+    """
     if not isinstance(verifier, BaseVerifier):
         return None
-    if verifier.name in EXACT_POSITIONAL and verifier.design == verifier.default_design:
+    default = verifier.design == verifier.default_design
+    if verifier.name in EXACT_POSITIONAL and default:
         return "nested"
     if verifier.design in ("topk", "greedy"):
         return "deterministic"
+    if default and callable(getattr(verifier, "positional", None)):
+        return "own"
     if width == 1:
         return "one"
     return None
@@ -76,6 +82,8 @@ def _exact_step(
     verifier: BaseVerifier, path: str, p: np.ndarray, q: np.ndarray, width: int
 ) -> np.ndarray | None:
     """The exact positional vector of one step, or None when an acceptance is unavailable."""
+    if path == "own":
+        return np.asarray(verifier.positional(p, q, width), dtype=float)  # type: ignore[attr-defined]
     if path == "one":  # one draft: it is the accepted token whenever one is accepted
         value = verifier.acceptance(p, q, 1)
         return None if value is None else np.array([float(value)])
@@ -177,9 +185,16 @@ def positional_acceptance(
       ``topk`` design: the first slots hold fixed tokens ``T_i`` (the most likely under ``q``),
       and a lossless verifier outputs ``Y ~ p``, so ``a_i = p(T_i)`` for those slots and the
       sampled last slot of ``greedy`` gets ``α(width) − p(T)``. Exact, but width-dependent.
-    * All others (``kseq``: its ``ρ`` depends on ``n``; ``spechub``: ``n = 2`` only;
-      ``importance``, ``gls``, ``optimal``; any verifier object): Monte Carlo with ``width``
-      drafts, ``trials`` trials per step, from ``verifier.simulate`` (its
+    * ``kseq`` and ``spechub``: the verifier's own closed form, ``positional(p, q, width)``,
+      ``O(width · V)``. ``kseq``'s slack ``ρ*`` depends on ``n = width``, so differences of
+      ``α`` do not apply; summing over the token ``y`` of the first match at draft ``k + 1``
+      (the first ``k`` drafts rejected and ``≠ y``, then ``y`` accepted there or later),
+      ``a_k = Σ_y s_y^k t_y (1 + d_y Σ_{i=0}^{n−k−2} m^i)`` with ``t_y = min(q_y, p_y/ρ*)``,
+      ``d_y = q_y − t_y``, ``m = Σ d = 1 − β(ρ*)``, ``s_y = m − d_y``. ``spechub``
+      (``width = 2``): ``a_0 = q_a p_a + (1 − q_a) M``, ``a_1 = q_a M + (1 − q_a) p_a`` with
+      the hub ``a`` and ``α* = p_a + M``. Exact and width-dependent.
+    * All others (``importance``, ``gls``, ``optimal``; any verifier object): Monte Carlo with
+      ``width`` drafts, ``trials`` trials per step, from ``verifier.simulate`` (its
       :class:`~otbound.SimulationResult` carries the drafts), or from ``verify`` on drafts drawn
       by the design. Width-dependent: the vector describes nodes with ``width`` children.
       At ``width = 1`` every verifier with an exact ``acceptance`` is exact: ``a_0 = α(1)``.

@@ -20,7 +20,8 @@ is a distribution exactly when ``ρ ≥ c``, i.e. ``f(ρ) = ρ β(ρ) − 1 + (1
 
 ``ρ*`` is found by bisection to the last floating-point digit, keeping the end where
 ``f ≥ 0`` (a lossless residual). At ``ρ*`` the residual vanishes on every draft that can be
-rejected, so the acceptance event is ``Y ∈ x̄``.
+rejected, so the acceptance event is ``Y ∈ x̄``. Which draft the output is (the first equal to
+it) has a closed form too: :meth:`KSequential.positional`.
 """
 
 from __future__ import annotations
@@ -142,6 +143,59 @@ class KSequential(BaseVerifier):
         """The slack ``ρ*`` K-SEQ uses for these inputs."""
         p_arr, q_arr, n = self._validate(p, q, n)
         return kseq_rho(p_arr, q_arr, n)
+
+    def positional(self, p: object, q: object, n: int = 2) -> np.ndarray:
+        r"""Exact positional vector: ``a_k = P(Y = x_{k+1}, Y ∉ {x_1..x_k})``, ``k = 0..n−1``.
+
+        The output is attributed to the first draft equal to it, so ``Σ_k a_k = α``.
+
+        With ``t_y = min(q_y, p_y/ρ*)`` (a draft is ``y`` and accepted), ``d_y = q_y − t_y``
+        (a draft is ``y`` and rejected), ``m = Σ_y d_y = 1 − β(ρ*)`` and ``s_y = m − d_y`` (a
+        draft is rejected and is not ``y``),
+
+        .. math::
+
+            a_k = \sum_y s_y^{\,k}\, t_y \Bigl(1 + d_y \sum_{i=0}^{n-k-2} m^i\Bigr):
+
+        the first ``k`` drafts are rejected and differ from ``y``; draft ``k + 1`` is ``y`` and
+        is accepted, or is rejected and a later draft ``y`` is accepted, any drafts in between
+        rejected. The residual adds no term: it is drawn only after all ``n`` drafts were
+        rejected, and at ``ρ*`` it vanishes on every token that can be rejected (there it is
+        ``p_y (1 − c/ρ*)``, and ``ρ* = c`` unless ``β ∈ {0, 1}``, where ``p_y = 0`` or nothing
+        is rejected; the bisection's rounding leaves mass of order ``1e-16``). So
+        ``Σ_k a_k = 1 − m^n``. ``O(n V)``; the vector depends on ``n`` through ``ρ*``.
+
+        Parameters
+        ----------
+        p, q : array_like, shape (V,)
+            Target and draft distributions.
+        n : int, default 2
+            Number of drafts.
+
+        Returns
+        -------
+        numpy.ndarray, shape (n,)
+
+        Examples
+        --------
+        >>> from otbound.verifiers import get_verifier
+        >>> a = get_verifier("kseq").positional([0.3, 0.4, 0.3], [0.6, 0.3, 0.1], n=2)
+        >>> [round(float(x), 4) for x in a]  # α(2) = 0.84
+        [0.6867, 0.1533]
+        """
+        p, q, n = self._validate(p, q, n)
+        rho = kseq_rho(p, q, n)
+        take = np.minimum(q, p / rho)
+        drop = np.maximum(q - p / rho, 0.0)  # q − take
+        miss = float(drop.sum())
+        other = np.maximum(miss - drop, 0.0)
+        out = np.empty(n)
+        power = np.ones_like(p)  # s_y^k
+        for k in range(n):
+            later = float(np.sum(miss ** np.arange(n - k - 1)))  # Σ_{i ≤ n−k−2} m^i
+            out[k] = float(np.sum(power * take * (1.0 + drop * later)))
+            power *= other
+        return out
 
     def _acceptance(self, p, q, n):
         rho = kseq_rho(p, q, n)

@@ -19,7 +19,8 @@ that has leftover. So given the non-hub draft ``i``:
 3. otherwise sample ``∝ (p − r)⁺`` off ``a``.
 
 This is the greedy verifier at ``n = 2`` (same sets and probabilities; only the order of the two
-drafts differs). ``P(Y ∈ x̄) = α*`` exactly.
+drafts differs). ``P(Y ∈ x̄) = α*`` exactly; :meth:`SpecHub.positional` splits it between the
+two draft slots.
 """
 
 from __future__ import annotations
@@ -53,6 +54,47 @@ class SpecHub(BaseVerifier):
     name = "spechub"
     default_design = "hub"
     fixed_n = 2
+
+    def positional(self, p: object, q: object, n: int = 2) -> np.ndarray:
+        r"""Exact ``(a_0, a_1)``: the probabilities that the output is the first or second draft.
+
+        With ``M = Σ_{i≠a} min(p_i, q_i / (1 − q_a))`` (so ``α* = p_a + M``): the first draft is
+        the hub with probability ``q_a``, and then (``x_2 = i ~ r``) the verifier outputs ``i``
+        with total probability ``Σ_i r_i min(1, p_i/r_i) = M`` and the hub with
+        ``θ Σ_i (r_i − p_i)⁺ = p_a``; otherwise (``x_1 = i`` with probability
+        ``q_i = (1 − q_a) r_i``, ``x_2 = a``) the same two totals fall on the other slots:
+
+        .. math::
+
+            a_0 = q_a\, p_a + (1 − q_a) M, \qquad a_1 = q_a M + (1 − q_a)\, p_a.
+
+        The residual never returns a draft that can be rejected. ``O(V)``.
+
+        Parameters
+        ----------
+        p, q : array_like, shape (V,)
+            Target and draft distributions.
+        n : int, default 2
+            Number of drafts (2 only).
+
+        Returns
+        -------
+        numpy.ndarray, shape (2,)
+
+        Examples
+        --------
+        >>> from otbound.verifiers import get_verifier
+        >>> a = get_verifier("spechub").positional([0.3, 0.4, 0.3], [0.6, 0.3, 0.1])
+        >>> [round(float(x), 4) for x in a]  # α* = 0.3 + 0.65
+        [0.44, 0.51]
+        """
+        p, q, n = self._validate(p, q, n)
+        hub, plan = _hub_plan(p, q)
+        on_hub, q_hub = float(p[hub]), float(q[hub])
+        matched = max(plan["alpha"] - on_hub, 0.0)  # M
+        return np.array(
+            [q_hub * on_hub + (1.0 - q_hub) * matched, q_hub * matched + (1.0 - q_hub) * on_hub]
+        )
 
     def _acceptance(self, p, q, n):
         return _hub_plan(p, q)[1]["alpha"]
