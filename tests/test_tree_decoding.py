@@ -129,6 +129,89 @@ def test_tree_inputs_mask_and_positions() -> None:
     assert x.allowed[0, 4].tolist() == [True, True, True, False, True]
 
 
+def test_cached_inputs_leave_holes_unattended() -> None:
+    """Row 1 commits one token where row 0 commits three: its two hole columns are attended
+    by nobody but themselves, and positions continue each row's own count."""
+    from otbound.tree_decoding._mask import cached_tree_inputs
+
+    layout = TreeLayout.from_paths([[0], [1]])
+    valid = np.array([[True, True], [False, True]])
+    x = cached_tree_inputs(valid, np.array([2, 1]), [[7, 8, 9], [5]], np.array([[1, 2]] * 2), 0,
+                           layout)  # fmt: skip
+    assert x.input_ids.tolist() == [[7, 8, 9, 1, 2], [0, 0, 5, 1, 2]]
+    assert x.position_ids.tolist() == [[2, 3, 4, 5, 5], [0, 0, 1, 2, 2]]
+    assert x.fed.tolist() == [[True, True, True], [False, False, True]]
+    keys = 2 + 5
+    assert x.allowed.shape == (2, 5, keys)
+    for hole in (0, 1):  # key column 2 + hole
+        assert x.allowed[1, :, 2 + hole].tolist() == [c == hole for c in range(5)]
+    # row 1's token 5 and its tree nodes see the valid cached column 1, not the hole at 0
+    assert x.allowed[1, 2].tolist() == [False, True, False, False, True, False, False]
+    assert x.allowed[1, 4].tolist() == [False, True, False, False, True, False, True]
+    with pytest.raises(ValueError, match="cannot follow tree nodes"):
+        cached_tree_inputs(valid, np.array([2, 1]), [[7], []], np.array([[1, 2]] * 2), 1, layout)
+
+
+@needs_torch
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_cached_scorer_matches_plain_forward_over_calls(kind: str) -> None:
+    """Four calls of a cached draft (fed depth by depth) and a cached target (fed at once):
+    rows commit 1 to 4 tokens per call, a row is dropped after the second call, and every
+    node's logits equal a plain forward pass over prefix + path."""
+    from otbound.tree_decoding._scorer import CachedScorer, PlainScorer
+
+    model = _llama(50, 0) if kind == "llama" else _gpt2(50, 0)
+    layout = TreeLayout.from_paths(kary_tree([2, 2, 1]))
+    rng = np.random.default_rng(1)
+    prefixes = [[5, 6, 7], [1, 2, 3, 4, 5, 6, 7, 8, 9], [4]]
+    grower = CachedScorer(model, prefixes, layout)
+    scorer = CachedScorer(model, prefixes, layout)
+    plain = PlainScorer(model, prefixes, layout)
+    for call in range(4):
+        tokens = rng.integers(0, 50, size=(len(prefixes), layout.size))
+        for d in range(layout.max_depth):  # the draft's passes
+            known = layout.known(d)
+            level = [0] if d == 0 else [i + 1 for i in range(known) if layout.depth[i] == d]
+            got = grower(tokens[:, :known], level)
+            for b, prefix in enumerate(prefixes):
+                for k, row in enumerate(level):
+                    path = layout.paths[row - 1] if row else ()
+                    seq = prefix + [int(tokens[b, layout.paths.index(path[:j])])
+                                    for j in range(1, len(path) + 1)]  # fmt: skip
+                    np.testing.assert_allclose(got[b, k], _plain_logits(model, seq), atol=1e-5)
+        every = list(range(layout.size + 1))
+        np.testing.assert_allclose(scorer(tokens, every), plain(tokens, every), atol=1e-5)
+        new = [list(rng.integers(0, 50, size=1 + (b + call) % 4)) for b in range(len(prefixes))]
+        keep = [0, 2] if call == 1 else list(range(len(prefixes)))
+        for s in (grower, scorer, plain):
+            s.commit(new)
+            s.keep(keep)
+        prefixes = [prefixes[b] + [int(t) for t in new[b]] for b in keep]
+    assert scorer.valid.shape[1] > min(scorer.lengths)  # the rows did leave holes
+
+
+@needs_torch
+def test_decoding_with_and_without_the_cache_agree() -> None:
+    target, draft = _llama(40, 0, std=0.3), _llama(40, 1, std=0.3, layers=1)
+    prompts = [(0, [3, 4, 5]), (1, [3, 4, 6, 7, 8]), (2, [9])]
+    settings = {"max_new_tokens": 12, "batch_size": 3, "prediction_trials": 50}
+    runs = [
+        decode_tree(
+            target,
+            draft,
+            prompts,
+            kary_tree([2, 2]),
+            get_verifier("rrs"),
+            np.random.default_rng(3),
+            kv_cache=cached,
+            **settings,
+        )
+        for cached in (True, False)
+    ]
+    assert runs[0][1] == runs[1][1]
+    assert [r["tokens"] for r in runs[0][0]] == [r["tokens"] for r in runs[1][0]]
+
+
 # -- (2) lossless at the sequence level --------------------------------------------------------
 
 VOCAB = 6
@@ -516,6 +599,7 @@ def test_an_interrupted_run_resumes_to_the_uninterrupted_tables(tmp_path, monkey
         ({"seed": 1}, "seed: 0 then, 1 now"),
         ({"prompts": [[3, 4, 5], [3, 4, 8]]}, "prompts.sha256"),
         ({"draft": "other"}, "draft.parameters"),
+        ({"kv_cache": False}, "kv_cache: true then, false now"),
     ],
 )
 def test_a_checkpoint_of_other_settings_is_refused(tmp_path, change, message) -> None:

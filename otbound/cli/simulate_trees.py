@@ -119,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="Monte Carlo trials per call for predictions without an exact positional vector",
     )
     add("--no-prediction", action="store_true", help="skip the prediction and the bound")
+    add(
+        "--no-kv-cache",
+        action="store_true",
+        help="re-read every prefix at each call instead of keeping the models' key/value caches "
+        "(same results to float rounding, slower; for models whose cache cannot be cropped)",
+    )
     add("--ignore-eos", action="store_true", help="do not stop at end-of-sequence tokens")
     add("--device", default=None, help="torch device (default: cuda when present, else cpu)")
     add("--out", default="out/trees", help="output directory")
@@ -228,6 +234,7 @@ def run(args: argparse.Namespace) -> int:
         predict=not args.no_prediction,
         prediction_trials=args.prediction_trials,
         progress=not args.quiet,
+        kv_cache=not args.no_kv_cache,
         parts_dir=out / PARTS_DIR,
     )
     written = _write(result, out)

@@ -12,6 +12,7 @@ module             job
 ``_layout``        a path list as arrays: parents, depths, children
 ``_mask``          token ids, tree attention and position ids of prefix + tree
 ``_scoring``       one forward pass of a Hugging Face causal LM: per-node logits
+``_scorer``        per-node logits across calls, reusing the key/value cache
 ``_grow``          the draft model grows the tree with a draft design
 ``_walk``          the verifier walks the tree (pure numpy)
 ``_specs``         named trees and the ``binary:1-5,ternary:1-3`` syntax

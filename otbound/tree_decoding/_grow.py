@@ -8,12 +8,13 @@ draft ``j``, so sibling order is draft order, as the verifiers expect.
 
 Depth ``d`` needs ``q`` at every node of depth ``d − 1``: one forward pass of the draft model
 over the prefix and the nodes of depth ``< d`` with the tree attention of :mod:`._mask` gives
-them all, so a tree of depth ``D`` costs ``D`` draft passes.
+them all, so a tree of depth ``D`` costs ``D`` draft passes (with a key/value cache,
+:mod:`._scorer`, each pass feeds only the nodes it adds).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +22,8 @@ import numpy as np
 
 from otbound.drafts import DraftDesign, get_design
 from otbound.tree_decoding._layout import TreeLayout
-from otbound.tree_decoding._scoring import NodeDistributions, tree_logits
+from otbound.tree_decoding._scorer import PlainScorer
+from otbound.tree_decoding._scoring import NodeDistributions
 from otbound.verifiers.base import sample_drafts
 
 
@@ -76,21 +78,37 @@ def grow_tree(
     -------
     DraftTree
     """
+    scorer = PlainScorer(draft, prefixes, layout, vocab_size)
+    return grow_with(scorer, len(prefixes), layout, design, rng, temperature=temperature)
+
+
+def grow_with(
+    scorer: Callable[[np.ndarray, Sequence[int]], np.ndarray],
+    rows: int,
+    layout: TreeLayout,
+    design: str | DraftDesign,
+    rng: np.random.Generator,
+    *,
+    temperature: float = 1.0,
+) -> DraftTree:
+    """:func:`grow_tree` with a scorer of the draft model (:mod:`._scorer`), one call per depth.
+
+    ``scorer(tokens[:, :known], parent_rows)`` gives the draft logits at the internal nodes of
+    depth ``d`` from the nodes of depth ``<= d``; a cached scorer feeds only the new ones.
+    """
     spec = get_design(design)
-    rows = len(prefixes)
     tokens = np.zeros((rows, layout.size), dtype=np.int64)
     q: list[dict[int, np.ndarray]] = [{} for _ in range(rows)]
     for d in range(layout.max_depth):
         known = layout.known(d)  # nodes of depth <= d: their drafts are drawn already
-        logits = tree_logits(draft, prefixes, tokens[:, :known], layout, vocab_size=vocab_size)
-        parents = [0] if d == 0 else [i + 1 for i in range(known) if layout.depth[i] == d]
+        level = [0] if d == 0 else [i + 1 for i in range(known) if layout.depth[i] == d]
+        parents = [r for r in level if layout.children[r]]
+        logits = scorer(tokens[:, :known], parents)
         for b in range(rows):
             dists = NodeDistributions(logits[b], temperature)
-            for r in parents:
+            for k, r in enumerate(parents):
                 kids = layout.children[r]
-                if not kids:
-                    continue
-                dist = q[b][r] = dists[r]
+                dist = q[b][r] = dists[k]
                 spec.check(dist, len(kids))
                 tokens[b, list(kids)] = sample_drafts(spec, dist, len(kids), 1, rng)[0]
     return DraftTree(tokens, q, layout)

@@ -11,6 +11,13 @@ prefix, column ``c`` may attend to column ``c'`` when
 
 Positions count from each row's first real token: prefix token ``t`` at ``t``, tree node ``i``
 at ``ℓ_b + depth(i) − 1`` (siblings share a position, as in a plain pass over the path).
+
+With a key/value cache (:func:`cached_tree_inputs`) the keys are the cache's columns followed
+by the pass's own: committed tokens (a real token of the row, or a *hole* left by another row's
+longer block, never attended to), then the tree nodes of the current call already in the cache,
+then the new columns, the row's not-yet-cached committed tokens (right-aligned, holes on the
+left) and the new tree nodes. The rules are the same; a plain pass is the case of an empty cache
+(:func:`tree_inputs`).
 """
 
 from __future__ import annotations
@@ -29,18 +36,107 @@ class TreeInputs:
 
     Attributes
     ----------
-    input_ids : numpy.ndarray of int64, shape (B, L + n)
-    allowed : numpy.ndarray of bool, shape (B, L + n, L + n)
-        ``allowed[b, c, c']``: column ``c`` attends to column ``c'``.
-    position_ids : numpy.ndarray of int64, shape (B, L + n)
+    input_ids : numpy.ndarray of int64, shape (B, P + m)
+        The new columns: ``P`` committed-token columns (a prefix, left-padded), then ``m`` tree
+        nodes.
+    allowed : numpy.ndarray of bool, shape (B, P + m, K + P + m)
+        ``allowed[b, c, c']``: new column ``c`` attends to key column ``c'`` (``K`` columns
+        already in the key/value cache come first; ``K = 0`` without a cache).
+    position_ids : numpy.ndarray of int64, shape (B, P + m)
     nodes : int
-        ``n``, the tree tokens at the end of each row.
+        ``m``, the tree tokens at the end of each row.
+    fed : numpy.ndarray of bool, shape (B, P)
+        Which of the ``P`` committed-token columns hold a real token of the row.
     """
 
     input_ids: np.ndarray
     allowed: np.ndarray
     position_ids: np.ndarray
     nodes: int
+    fed: np.ndarray
+
+
+def cached_tree_inputs(
+    valid: np.ndarray,
+    lengths: np.ndarray,
+    pending: Sequence[Sequence[int]],
+    tokens: np.ndarray,
+    cached_nodes: int,
+    layout: TreeLayout,
+    pad_id: int = 0,
+) -> TreeInputs:
+    """Inputs of a pass that continues a key/value cache: committed tokens, then tree nodes.
+
+    Parameters
+    ----------
+    valid : numpy.ndarray of bool, shape (B, C)
+        The cache's committed columns: ``True`` where a column holds a token of the row.
+    lengths : numpy.ndarray of int, shape (B,)
+        Committed tokens in the cache per row (the position of the next one).
+    pending : sequence of sequences of int
+        Per row, committed tokens not in the cache yet; fed first, right-aligned. Empty for
+        every row when the cache already holds tree nodes of this call (``cached_nodes > 0``).
+    tokens : numpy.ndarray of int, shape (B, n)
+        Nodes ``0 .. n − 1`` of ``layout`` (canonical order); nodes ``cached_nodes .. n − 1``
+        are fed, the first ``cached_nodes`` are in the cache after its committed columns.
+    cached_nodes : int
+    layout : TreeLayout
+    pad_id : int, default 0
+        The id written in hole columns (never attended to).
+
+    Returns
+    -------
+    TreeInputs
+
+    Examples
+    --------
+    One row whose cache holds ``[5, 6]`` and the tree's first node; the second node is fed:
+
+    >>> layout = TreeLayout.from_paths([[0], [0, 0]])
+    >>> x = cached_tree_inputs(np.ones((1, 2), bool), np.array([2]), [[]], np.array([[7, 8]]),
+    ...                        1, layout)
+    >>> x.input_ids.tolist(), x.position_ids.tolist(), x.allowed[0, 0].astype(int).tolist()
+    ([[8]], [[3]], [1, 1, 1, 1])
+    """
+    valid = np.asarray(valid, dtype=bool)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    rows, committed = valid.shape
+    tokens = np.asarray(tokens, dtype=np.int64).reshape(rows, -1)
+    known = tokens.shape[1]
+    if known > layout.size or not 0 <= cached_nodes <= known:
+        raise ValueError(
+            f"tokens has {known} nodes per row, {cached_nodes} of them cached, but the tree "
+            f"has {layout.size}"
+        )
+    fresh = known - cached_nodes
+    sizes = np.array([len(p) for p in pending], dtype=np.int64)
+    width = int(sizes.max(initial=0))
+    if width and cached_nodes:
+        raise ValueError("committed tokens cannot follow tree nodes in the cache")
+    keys = committed + cached_nodes + width + fresh
+    ids = np.full((rows, width + fresh), pad_id, dtype=np.int64)
+    for b, block in enumerate(pending):
+        ids[b, width - len(block) : width] = block
+    ids[:, width:] = tokens[:, cached_nodes:]
+    first = width - sizes  # each row's first real new column
+    cols = np.arange(width)
+    fed = cols[None, :] >= first[:, None]  # (B, P)
+    start = committed + cached_nodes  # the first new key column
+    allowed = np.zeros((rows, width + fresh, keys), dtype=bool)
+    allowed[:, :width, :committed] = valid[:, None, :] & fed[:, :, None]
+    causal = np.tril(np.ones((width, width), dtype=bool))
+    allowed[:, :width, start : start + width] = causal[None] & fed[:, None, :] & fed[:, :, None]
+    allowed[:, cols, start + cols] |= ~fed  # a hole attends to itself
+    ancestors = layout.ancestors()[cached_nodes:known, :known]
+    allowed[:, width:, :committed] = valid[:, None, :]
+    allowed[:, width:, committed:start] = ancestors[None, :, :cached_nodes]
+    allowed[:, width:, start : start + width] = fed[:, None, :]
+    allowed[:, width:, start + width :] = ancestors[None, :, cached_nodes:]
+    positions = np.zeros((rows, width + fresh), dtype=np.int64)
+    positions[:, :width] = np.where(fed, lengths[:, None] + cols[None, :] - first[:, None], 0)
+    depth = layout.depth[cached_nodes:known]
+    positions[:, width:] = (lengths + sizes)[:, None] + depth[None, :] - 1
+    return TreeInputs(ids, allowed, positions, fresh, fed)
 
 
 def tree_inputs(
@@ -73,32 +169,15 @@ def tree_inputs(
     >>> x.position_ids.tolist(), x.allowed[0, -1].astype(int).tolist()
     ([[0, 1, 2, 2, 3]], [1, 1, 1, 0, 1])
     """
-    tokens = np.asarray(tokens, dtype=np.int64).reshape(len(prefixes), -1)
-    n = tokens.shape[1]
-    if n > layout.size:
-        raise ValueError(f"tokens has {n} nodes per row but the tree has {layout.size}")
     if any(len(p) == 0 for p in prefixes):
         raise ValueError("prefixes must be non-empty: the root's distribution needs a context")
-    lengths = np.array([len(p) for p in prefixes], dtype=np.int64)
-    width = int(lengths.max())
-    total = width + n
     rows = len(prefixes)
-    ids = np.full((rows, total), pad_id, dtype=np.int64)
-    for b, prefix in enumerate(prefixes):
-        ids[b, width - len(prefix) : width] = prefix
-    ids[:, width:] = tokens
-    first = width - lengths  # each row's first real column
-    cols = np.arange(total)
-    real = cols[None, :] >= first[:, None]  # (B, T): real tokens (prefix or tree)
-    allowed = np.zeros((rows, total, total), dtype=bool)
-    causal = np.tril(np.ones((width, width), dtype=bool))
-    allowed[:, :width, :width] = causal[None] & real[:, None, :width]
-    pads = ~real[:, :width]
-    diag = np.arange(width)
-    allowed[:, diag, diag] |= pads  # a pad column attends to itself
-    allowed[:, width:, :width] = real[:, None, :width]
-    allowed[:, width:, width:] = layout.ancestors()[:n, :n][None]
-    positions = np.zeros((rows, total), dtype=np.int64)
-    positions[:, :width] = np.clip(cols[None, :width] - first[:, None], 0, None)
-    positions[:, width:] = lengths[:, None] + layout.depth[None, :n] - 1
-    return TreeInputs(ids, allowed, positions, n)
+    return cached_tree_inputs(
+        np.zeros((rows, 0), dtype=bool),
+        np.zeros(rows, dtype=np.int64),
+        prefixes,
+        tokens,
+        0,
+        layout,
+        pad_id,
+    )

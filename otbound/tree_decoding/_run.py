@@ -1,8 +1,9 @@
 r"""The decoding loop: tree speculative decoding of prompts with a draft and a target model.
 
 One *target call* per iteration and prompt: the draft model grows the tree with the verifier's
-design (:func:`grow_tree`), the target scores every node in one forward pass
-(:func:`tree_logits`) and the verifier walks the tree (:func:`walk_tree`); the tokens it
+design (:func:`grow_with`), the target scores every node in one forward pass (a scorer of
+:mod:`._scorer`, which by default keeps each model's key/value cache of the committed tokens
+between calls) and the verifier walks the tree (:func:`walk_tree`); the tokens it
 appends (accepted drafts, then a correction or a bonus token) are that call's
 **tokens per call**. A prompt stops once ``max_new_tokens`` tokens are generated (the last call's
 tokens are all counted; the continuation is cut) or after an end-of-sequence token.
@@ -35,10 +36,11 @@ import pandas as pd
 
 from otbound.bounds import optimal_acceptance
 from otbound.drafts import get_design
-from otbound.tree_decoding._grow import grow_tree
+from otbound.tree_decoding._grow import grow_with
 from otbound.tree_decoding._layout import TreeLayout
 from otbound.tree_decoding._resume import Part, PartStore, checkpoint_settings
-from otbound.tree_decoding._scoring import NodeDistributions, tree_logits
+from otbound.tree_decoding._scorer import make_scorer
+from otbound.tree_decoding._scoring import NodeDistributions
 from otbound.tree_decoding._specs import TreeSpec, parse_trees
 from otbound.tree_decoding._summary import TREE_KEYS, summarise_tree_steps
 from otbound.tree_decoding._walk import walk_tree
@@ -175,6 +177,7 @@ def decode_tree(
     prediction_trials: int = 2000,
     prediction_seed: int = 0,
     on_prompt_done: Callable[[], None] | None = None,
+    kv_cache: bool = True,
 ) -> tuple[list[dict[str, object]], dict[int, list[int]]]:
     """Tree speculative decoding of each prompt with one verifier and one tree.
 
@@ -205,6 +208,10 @@ def decode_tree(
         Seed of the prediction's own Monte Carlo stream (separate from ``rng``).
     on_prompt_done : callable, optional
         Called once per finished prompt (a progress bar).
+    kv_cache : bool, default True
+        Keep each model's key/value cache of the committed tokens between calls
+        (:class:`._scorer.CachedScorer`): a call then feeds only the tokens committed since the
+        last one and the tree, instead of every prefix again. Same logits to float rounding.
 
     Returns
     -------
@@ -226,25 +233,25 @@ def decode_tree(
     eos = {int(t) for t in eos_token_ids}
     records: list[dict[str, object]] = []
     out: dict[int, list[int]] = {}
+    every_row = list(range(layout.size + 1))
     for start in range(0, len(prompts), batch_size):
         active = [_Row(int(i), list(ids)) for i, ids in prompts[start : start + batch_size]]
+        scorers = [
+            make_scorer(model, [row.ids for row in active], layout, vocab_size, kv_cache=kv_cache)
+            for model in (draft, target)
+        ]
         while active:
-            prefixes = [row.ids + row.new for row in active]
             where = f"decoding a {layout.size}-node tree for prompts {active[0].prompt}.."
             where += f"{active[-1].prompt}"
             with out_of_memory_guard(batch_size, where):
-                grown = grow_tree(
-                    draft,
-                    prefixes,
-                    layout,
-                    verifier.design,
-                    rng,
-                    temperature=temperature,
-                    vocab_size=vocab_size,
+                grown = grow_with(
+                    scorers[0], len(active), layout, verifier.design, rng, temperature=temperature
                 )
-                logits = tree_logits(target, prefixes, grown.tokens, layout, vocab_size=vocab_size)
+                logits = scorers[1](grown.tokens, every_row)
             p = [NodeDistributions(logits[b], temperature) for b in range(len(active))]
             still: list[_Row] = []
+            kept: list[int] = []
+            committed: list[list[int]] = []
             for b, row in enumerate(active):
                 walk = walk_tree(verifier, layout, grown.tokens[b], p[b], grown.q[b], rng)
                 records.append(
@@ -258,6 +265,7 @@ def decode_tree(
                 )
                 row.calls += 1
                 row.new.extend(walk.tokens)
+                committed.append(list(walk.tokens))
                 stop = next((i for i, t in enumerate(row.new) if t in eos), None)
                 if stop is not None or len(row.new) >= max_new_tokens:
                     end = max_new_tokens if stop is None else min(stop + 1, max_new_tokens)
@@ -266,6 +274,7 @@ def decode_tree(
                         on_prompt_done()
                 else:
                     still.append(row)
+                    kept.append(b)
             if predictor is not None:
                 roots = predictor(
                     np.stack([dist[0] for dist in p]), np.stack([q[0] for q in grown.q])
@@ -273,6 +282,9 @@ def decode_tree(
                 for record, extra in zip(records[-len(active) :], roots, strict=True):
                     record.update(extra)
             active = still
+            for scorer in scorers:
+                scorer.commit(committed)
+                scorer.keep(kept)
     return records, out
 
 
@@ -366,6 +378,7 @@ def run_tree_decoding(
     device: Any = None,
     progress: bool = False,
     parts_dir: str | Path | None = None,
+    kv_cache: bool = True,
 ) -> TreeDecodingResult:
     """Tree speculative decoding for every verifier and tree; tokens per call against prediction.
 
@@ -393,8 +406,9 @@ def run_tree_decoding(
     predict : bool, default True
         Compute the prediction and the bound (costs a positional vector and ``α*`` per call).
     prediction_trials : int, default 2000
-        Monte Carlo trials per call for the prediction of ``kseq``, ``spechub`` and
-        ``rrs_without_replacement`` at width ``>= 3`` on large vocabularies.
+        Monte Carlo trials per call for the prediction of verifiers without an exact
+        positional vector (``rrs_without_replacement`` at width ``>= 3`` on large
+        vocabularies, ``importance``, ``gls``, verifier objects).
     device : str, optional
         Where to load model directories.
     progress : bool, default False
@@ -404,6 +418,8 @@ def run_tree_decoding(
         (verifier, tree) pair's records and continuations are written there at once, and the
         pairs already there, from an interrupted run with the same settings, prompts and
         models, are read instead of computed. The result equals an uninterrupted run's.
+    kv_cache : bool, default True
+        Reuse each model's key/value cache between calls (:func:`decode_tree`).
 
     Returns
     -------
@@ -455,6 +471,7 @@ def run_tree_decoding(
         "eos_token_ids": eos,
         "predict": predict,
         "prediction_trials": prediction_trials,
+        "kv_cache": bool(kv_cache),
     }
     store, done = None, {}
     if parts_dir is not None:

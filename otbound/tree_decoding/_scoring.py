@@ -17,7 +17,7 @@ import numpy as np
 
 from otbound.logits import softmax
 from otbound.tree_decoding._layout import TreeLayout
-from otbound.tree_decoding._mask import tree_inputs
+from otbound.tree_decoding._mask import TreeInputs, tree_inputs
 
 
 def tree_logits(
@@ -53,6 +53,40 @@ def tree_logits(
     ValueError
         The model takes no ``position_ids``, produces fewer than ``vocab_size`` logits, or NaN.
     """
+    x = tree_inputs(prefixes, tokens, layout)
+    logits, _ = forward_tree_inputs(model, x, x.nodes + 1, vocab_size=vocab_size)
+    return logits
+
+
+def forward_tree_inputs(
+    model: Any,
+    x: TreeInputs,
+    keep: int,
+    *,
+    vocab_size: int | None = None,
+    use_cache: bool = False,
+    cache: Any = None,
+) -> tuple[np.ndarray, Any]:
+    """One forward pass over :class:`TreeInputs`; the logits of the last ``keep`` columns.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+    x : TreeInputs
+        From :func:`._mask.tree_inputs` (``cache=None``) or :func:`._mask.cached_tree_inputs`.
+    keep : int
+        Logits are returned for the last ``keep`` new columns.
+    vocab_size : int, optional
+    use_cache : bool, default False
+        Return the key/value cache with this pass's columns appended (a new one when ``cache``
+        is None).
+    cache : transformers.Cache, optional
+        The key/value cache ``x`` continues (``use_cache=True``).
+
+    Returns
+    -------
+    (numpy.ndarray of float32, shape (B, keep, V), cache or None)
+    """
     import torch
 
     from otbound.capture._generate import _call, _check_logits, _forward_parameters
@@ -63,24 +97,25 @@ def tree_logits(
             f"{type(model).__name__}.forward takes no position_ids: a tree's siblings need "
             "the same position, so this model cannot score a draft tree"
         )
-    x = tree_inputs(prefixes, tokens, layout)
     device = _model_device(model)
     dtype = next(model.parameters()).dtype
     allowed = torch.as_tensor(x.allowed, device=device)
     mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    keep = x.nodes + 1
+    extra = {} if cache is None else {"past_key_values": cache}
+    use_cache = use_cache or cache is not None
     with torch.inference_mode():
         out = _call(
             model,
             input_ids=torch.as_tensor(x.input_ids, device=device),
             attention_mask=mask[:, None],
             position_ids=torch.as_tensor(x.position_ids, device=device),
-            use_cache=False,
+            use_cache=use_cache,
             logits_to_keep=keep,
+            **extra,
         )
         logits = _check_logits(out.logits[:, -keep:, :], vocab_size, "model")
-        return logits.float().cpu().numpy()
+        return logits.float().cpu().numpy(), out.past_key_values if use_cache else None
 
 
 class NodeDistributions:
