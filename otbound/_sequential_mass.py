@@ -38,6 +38,7 @@ much of it skipped by the early stop. The kernel is compiled with numba.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numba
 import numpy as np
@@ -90,30 +91,42 @@ def _decay(x):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, parallel=True)
-def _remaining_mass(q, suffix, n, t_lo, h, num_nodes, groups):  # pragma: no cover - compiled
-    """Trapezoid sum of ``λ_i t e^{−λ_i t} P[N_{H_i}(t) < n]`` over the grid, per prefix."""
+def _remaining_mass(q, suffix, counts, t_lo, h, num_nodes, groups):  # pragma: no cover - compiled
+    """Trapezoid sum of ``λ_i t e^{−λ_i t} P[N_{H_i}(t) < n]`` over the grid, per ``n`` and prefix.
+
+    ``counts`` holds the ``n`` values, strictly increasing. The count distribution is kept
+    truncated at the largest; its first ``n`` entries are exact for every smaller ``n``
+    (``P[N = k]`` only feeds ``k + 1``), so one pass over the tokens serves every ``n``.
+    """
     size = q.shape[0]
-    acc = np.zeros((groups, size + 1))
+    many = counts.shape[0]
+    top = counts[many - 1]
+    acc = np.zeros((groups, many, size + 1))
     for g in numba.prange(groups):
-        state = np.empty(n)
+        state = np.empty(top)
         for j in range(g, num_nodes, groups):
             t = t_lo * math.exp(j * h)
             state[:] = 0.0
             state[0] = 1.0
             for i in range(size):
                 stay, fire = _decay(q[i] * t)
-                for k in range(n - 1, 0, -1):
+                for k in range(top - 1, 0, -1):
                     state[k] = state[k] * stay + state[k - 1] * fire
                 state[0] *= stay
-                below = 0.0
-                for k in range(n):
-                    below += state[k]
                 lam_t = suffix[i + 1] * t
+                weight = 0.0
                 if 0.0 < lam_t < 745.0:  # beyond, the weight underflows (t may even be inf)
-                    acc[g, i + 1] += h * lam_t * _decay(lam_t)[0] * below
-                if below < NEGLIGIBLE:
+                    weight = h * lam_t * _decay(lam_t)[0]
+                below = 0.0
+                c = 0
+                for k in range(top):
+                    below += state[k]
+                    if k + 1 == counts[c]:  # below = P[N < counts[c]]
+                        acc[g, c, i + 1] += weight * below
+                        c += 1
+                if below < NEGLIGIBLE:  # P[N < n] for the largest n bounds every other
                     break
-    out = np.zeros(size + 1)
+    out = np.zeros((many, size + 1))
     for g in range(groups):
         out += acc[g]
     return out
@@ -136,23 +149,54 @@ def sequential_prefix_mass(q_sorted: np.ndarray, n: int, h: float = LOG_TIME_STE
     numpy.ndarray, shape (V + 1,)
         ``Q[i] = P(all n drafts lie in the first i tokens)``; ``Q[0] = 0``.
     """
+    return sequential_prefix_masses(q_sorted, [n], h)[0]
+
+
+def sequential_prefix_masses(
+    q_sorted: np.ndarray, counts: Sequence[int], h: float = LOG_TIME_STEP
+) -> np.ndarray:
+    """:func:`sequential_prefix_mass` for several ``n`` at once, from one pass per node.
+
+    The grid starts at the smallest ``t_lo`` of the ``n`` values (a smaller ``t_lo`` only
+    shrinks the left-end error of the others) and a node stops once ``P[N < max n]`` is
+    negligible, so the cost is about that of a single ``n``: on real draft distributions the
+    per-token work is the ``exp`` of the decay, not the ``O(n)`` recursion.
+
+    Parameters
+    ----------
+    q_sorted : numpy.ndarray, shape (V,)
+        Draft probabilities in sweep order, summing to one.
+    counts : sequence of int
+        The ``n`` values (any order, repeats allowed), each ``>= 1``.
+    h : float
+        Trapezoid step in log time.
+
+    Returns
+    -------
+    numpy.ndarray, shape (len(counts), V + 1)
+        Row ``j``: ``Q`` of every prefix for ``counts[j]`` drafts (0 where a prefix holds fewer
+        than ``counts[j]`` tokens of positive mass).
+    """
     q = np.ascontiguousarray(q_sorted, dtype=np.float64)
+    wanted = np.asarray(list(counts), dtype=np.int64)
+    distinct = np.unique(wanted)
     size = q.shape[0]
     suffix = np.zeros(size + 1)
     suffix[:-1] = np.cumsum(q[::-1])[::-1]
     positives = np.concatenate(([0], np.cumsum(q > 0)))
-    enough = positives >= n  # fewer than n positive tokens in H: Q(H) = 0 exactly
+    enough = positives[None, :] >= distinct[:, None]  # fewer than n positive: Q(H) = 0 exactly
     outside = suffix > 0  # nothing outside H: Q(H) = 1 exactly
-    live = enough & outside
+    live = enough & outside[None, :]
     mass = np.where(enough, 1.0, 0.0)
-    if not np.any(live):
-        return mass
-    t_lo = _left_time(n, h)
-    # log(t_hi / t_lo) in logs, so that suffix masses down to the smallest subnormal stay finite
-    log_span = math.log(RIGHT_TAIL) - math.log(suffix[live].min()) - math.log(t_lo)
-    num_nodes = math.ceil(log_span / h) + 1
-    groups = max(1, min(numba.get_num_threads(), num_nodes))
-    remaining = _remaining_mass(q, suffix, n, t_lo, h, num_nodes, groups)
-    remaining[live] += _left_weight(suffix[live], t_lo, h)
-    mass[live] = 1.0 - remaining[live]
-    return np.clip(mass, 0.0, 1.0)
+    if np.any(live):
+        t_lo = min(_left_time(int(n), h) for n in distinct)
+        # log(t_hi / t_lo) in logs, so that suffix masses down to the smallest subnormal stay
+        # finite; the smallest n has the most live prefixes
+        log_span = math.log(RIGHT_TAIL) - math.log(suffix[live[0]].min()) - math.log(t_lo)
+        num_nodes = math.ceil(log_span / h) + 1
+        groups = max(1, min(numba.get_num_threads(), num_nodes))
+        remaining = _remaining_mass(q, suffix, distinct, t_lo, h, num_nodes, groups)
+        left = _left_weight(suffix, t_lo, h)
+        mass = np.where(live, 1.0 - (remaining + left[None, :]), mass)
+    mass = np.clip(mass, 0.0, 1.0)
+    return mass[np.searchsorted(distinct, wanted)]

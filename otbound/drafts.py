@@ -36,11 +36,12 @@ from __future__ import annotations
 import itertools
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
 
-from otbound._sequential_mass import sequential_prefix_mass
+from otbound._sequential_mass import sequential_prefix_masses
 
 
 def _sweep_key(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -125,6 +126,10 @@ class DraftDesign(ABC):
         Whether the prefix sweep gives the exact ``α*`` (``per_slot``: an upper bound only).
     slot_axis : bool
         Whether ``q`` carries one distribution per slot, shape ``(..., n, V)``.
+    shared_sweep : bool
+        Whether one sort serves every ``n``: :meth:`sweep_orders` does not depend on ``n`` and
+        there is no closed form, so ``α*`` for several ``n`` takes one sort and
+        :meth:`prefix_masses` (``without_replacement``, ``conditional_poisson``).
     """
 
     name: ClassVar[str]
@@ -132,6 +137,7 @@ class DraftDesign(ABC):
     fixed_n: ClassVar[int | None] = None
     exact_sweep: ClassVar[bool] = True
     slot_axis: ClassVar[bool] = False
+    shared_sweep: ClassVar[bool] = False
 
     def __repr__(self) -> str:
         return f"<draft design {self.name!r}>"
@@ -191,6 +197,10 @@ class DraftDesign(ABC):
     @abstractmethod
     def prefix_mass(self, q_sorted: np.ndarray, n: int) -> np.ndarray:
         """``Q(H_i)`` for the prefixes of ``q_sorted`` (B, [n,] V): shape (B, V + 1)."""
+
+    def prefix_masses(self, q_sorted: np.ndarray, counts: Sequence[int]) -> np.ndarray:
+        """:meth:`prefix_mass` for each ``n`` in ``counts``: shape (len(counts), B, V + 1)."""
+        return np.stack([self.prefix_mass(q_sorted, n) for n in counts])
 
 
 def _prefix_sums(x: np.ndarray) -> np.ndarray:
@@ -282,11 +292,13 @@ class WithoutReplacement(DraftDesign):
     """Sequential sampling without replacement (Gumbel-top-k, ``multinomial(replacement=False)``).
 
     ``P(x̄) = Π_j q(x_j) / (1 − Σ_{k<j} q(x_k))``; ``Q(H)`` is the exponential-clock integral
-    computed by :func:`otbound._sequential_mass.sequential_prefix_mass` (error below 1e-12).
+    computed by :func:`otbound._sequential_mass.sequential_prefix_masses` (error below 1e-12),
+    one pass over the tokens per integration node for every ``n`` at once.
     """
 
     name = "without_replacement"
     distinct = True
+    shared_sweep = True
 
     def sample(self, q, n, size, rng):
         return _sample_sequentially(q, n, size, rng)
@@ -310,7 +322,11 @@ class WithoutReplacement(DraftDesign):
         return tuples, np.prod(mass / left, axis=1)
 
     def prefix_mass(self, q_sorted, n):
-        return np.stack([sequential_prefix_mass(row, n) for row in q_sorted])
+        return self.prefix_masses(q_sorted, [n])[0]
+
+    def prefix_masses(self, q_sorted, counts):
+        rows = [sequential_prefix_masses(row, counts) for row in q_sorted]
+        return np.stack(rows, axis=1)  # one pass per node serves every n
 
 
 def _elementary_symmetric_prefix(q_sorted: np.ndarray, n: int) -> np.ndarray:
@@ -334,6 +350,7 @@ class ConditionalPoisson(DraftDesign):
     """
 
     name = "conditional_poisson"
+    shared_sweep = True
     distinct = True
 
     def sample(self, q, n, size, rng):

@@ -26,6 +26,7 @@ from scipy.stats import chi2
 
 from otbound._checks import as_distribution_pair, as_num_drafts, broadcast_batch
 from otbound.bounds import optimal_acceptance
+from otbound.bounds.sweep import optimal_acceptance_by_n
 from otbound.drafts import get_design
 from otbound.verifiers.base import as_trials, sample_drafts, wilson_interval
 from otbound.verifiers.registry import VERIFIERS, get_verifier
@@ -383,6 +384,37 @@ def _alpha_star_rows(
         return out
 
 
+def _alpha_star_table(
+    p2: np.ndarray,
+    q2: np.ndarray,
+    ns: list[int],
+    designs: list[str],
+    bound: Callable[..., object] | None,
+) -> dict[tuple[int, str], np.ndarray]:
+    """``α*`` per step for every ``(n, design)``.
+
+    With the built-in sweep (``bound=None``, or a ``bound`` whose ``designs`` attribute does
+    not list ``d``) a design with ``shared_sweep`` gets every ``n`` from one sort
+    (:func:`otbound.bounds.sweep.optimal_acceptance_by_n`) unless some ``n`` does not apply
+    to some step; then, like every other design, one ``n`` at a time.
+    """
+    own = getattr(bound, "designs", None)  # the designs a custom bound computes itself
+    out: dict[tuple[int, str], np.ndarray] = {}
+    for d in designs:
+        builtin = bound is None or (own is not None and d not in own)
+        if builtin and get_design(d).shared_sweep:
+            try:
+                values = optimal_acceptance_by_n(p2, q2, ns, d)
+            except ValueError:  # an n above some step's support: NaN for those steps below
+                pass
+            else:
+                out.update({(k, d): row for k, row in zip(ns, values, strict=True)})
+                continue
+        for k in ns:
+            out[k, d] = _alpha_star_rows(p2, q2, k, d, bound or optimal_acceptance)
+    return out
+
+
 def _as_n_list(n: object) -> list[int]:
     if isinstance(n, numbers.Integral) and not isinstance(n, bool):
         return [as_num_drafts(n)]
@@ -445,7 +477,10 @@ def compare(
         seeds use them, so a step analysed in any batch gets the same row.
     bound : callable, optional
         ``bound(p, q, n, design)`` → ``α*`` per row (default
-        :func:`otbound.optimal_acceptance`); e.g. the torch sweep on a GPU.
+        :func:`otbound.optimal_acceptance`); e.g. the torch sweep on a GPU. A ``designs``
+        attribute on it lists the designs it computes; the others then use the built-in sweep,
+        which serves every ``n`` of a ``without_replacement`` or ``conditional_poisson`` design
+        from one sort.
 
     Returns
     -------
@@ -492,13 +527,13 @@ def compare(
         bound_designs = [
             get_design(d).name for d in ([designs] if isinstance(designs, str) else designs)
         ]
+    star_designs = [
+        d for d in dict.fromkeys(vdesigns + bound_designs) if not get_design(d).slot_axis
+    ]
+    table = _alpha_star_table(p2, q2, ns, star_designs, bound)
     rows: list[dict] = []
     for k in ns:
-        stars = {
-            d: _alpha_star_rows(p2, q2, k, d, bound or optimal_acceptance)
-            for d in dict.fromkeys(vdesigns + bound_designs)
-            if not get_design(d).slot_axis
-        }
+        stars = {d: table[k, d] for d in star_designs}
         for vi, (v, d) in enumerate(zip(objs, vdesigns, strict=True)):
             if d not in stars:
                 continue

@@ -352,3 +352,29 @@ def test_compare_without_trials_drops_only_the_monte_carlo_rows():
     gls = table[table.verifier == "gls"]
     assert list(gls.n) == [1]  # exact at n = 1 only
     assert sorted(table[table.verifier == "rrs"].n) == [1, 2]
+
+
+def test_compare_shares_the_sweep_across_n_and_falls_back_where_n_does_not_apply():
+    """The default bound takes every n of a without-replacement design from one sort; a step
+    with too few tokens for the largest n gets no row at that n; α* equals a per-n bound's."""
+    rng = np.random.default_rng(21)
+    p = rng.dirichlet(np.ones(12), size=4)
+    q = rng.dirichlet(np.ones(12), size=4)
+    q[1, 3:] = 0.0  # step 1: three tokens with q > 0, so n = 8 does not apply there
+    q[1] /= q[1].sum()
+    calls = []
+
+    def one_n_at_a_time(p_, q_, n, design):
+        calls.append((n, design))
+        return optimal_acceptance(p_, q_, n, design)
+
+    settings = {"verifiers": ["rrs_without_replacement"], "trials": 0, "n": [2, 3, 8]}
+    shared = compare(p, q, **settings)
+    single = compare(p, q, **settings, bound=one_n_at_a_time)
+    assert calls  # the custom bound was used for every design, without_replacement included
+    assert {d for _, d in calls} == {"without_replacement"}
+    keys = ["step", "n", "design", "verifier"]
+    pd.testing.assert_frame_equal(shared[keys], single[keys])
+    np.testing.assert_allclose(shared["alpha_star"], single["alpha_star"], rtol=0, atol=1e-13)
+    assert not ((shared["step"] == 1) & (shared["n"] == 8)).any()
+    assert ((shared["step"] == 0) & (shared["n"] == 8)).any()

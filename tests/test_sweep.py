@@ -251,6 +251,63 @@ def test_broadcasting_p_against_q(design, gen):
     )
 
 
+# -- several n from one sort ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("design", ["without_replacement", "conditional_poisson", "iid", "greedy"])
+def test_alpha_star_by_n_equals_one_n_at_a_time_and_brute_force(design, gen):
+    """One sort and (without replacement) one integration pass for every n give each n's α*:
+    equal to brute force over subsets and to ``optimal_acceptance`` one n at a time."""
+    from otbound.bounds.sweep import optimal_acceptance_by_n
+
+    rng = np.random.default_rng(31 + EXACT.index(design))
+    counts = [3, 1, 2, 3]  # any order, repeats allowed
+    for trial in range(60):
+        vocab = int(rng.integers(3, 7))
+        p, q = gen.pair(("flat", "spiky", "tiny", "near_uniform")[trial % 4], rng, vocab)
+        q = np.where(q > 0, q, 1e-3)  # n = 3 needs three tokens with q > 0
+        q /= q.sum()
+        many = optimal_acceptance_by_n(p, q, counts, design)
+        assert many.shape == (len(counts),)
+        for k, n in enumerate(counts):
+            want, _ = oracles.brute_alpha(p, oracles.tuple_probs(design, q, n))
+            assert many[k] == pytest.approx(want, abs=TOL), (trial, n)
+            one = ob.optimal_acceptance(p, q, n=n, design=design)
+            assert many[k] == pytest.approx(one, abs=1e-13), (trial, n)
+    p_rows, q_rows = _batch(gen, design, (2, 3), seed=5, n=2)
+    batch = optimal_acceptance_by_n(p_rows, q_rows, [2, 1], design)
+    assert batch.shape == (2, 2, 3)
+    np.testing.assert_allclose(
+        batch[0], ob.optimal_acceptance(p_rows, q_rows, 2, design), atol=1e-13
+    )
+
+
+def test_alpha_star_by_n_refuses_what_one_n_refuses():
+    from otbound.bounds.sweep import optimal_acceptance_by_n
+
+    p, q = [0.2, 0.3, 0.5], [0.5, 0.5, 0.0]
+    with pytest.raises(ValueError, match="n=3 is larger than the support of q"):
+        optimal_acceptance_by_n(p, q, [2, 3], "without_replacement")
+    with pytest.raises(ValueError, match="at least one"):
+        optimal_acceptance_by_n(p, q, [], "without_replacement")
+    with pytest.raises(ValueError, match="n must be"):
+        optimal_acceptance_by_n(p, q, [2, 0], "without_replacement")
+
+
+def test_sequential_masses_of_several_n_equal_each_alone():
+    from otbound._sequential_mass import sequential_prefix_mass, sequential_prefix_masses
+
+    rng = np.random.default_rng(8)
+    for alpha in (0.05, 0.3, 1.0):
+        q = np.sort(rng.dirichlet(np.full(400, alpha)))[::-1]
+        q[-3:] = 0.0
+        q /= q.sum()
+        many = sequential_prefix_masses(q, [8, 2, 5, 2])
+        for row, n in zip(many, [8, 2, 5, 2], strict=True):
+            np.testing.assert_allclose(row, sequential_prefix_mass(q, n), rtol=0, atol=1e-13)
+            assert row[n - 1] == 0.0 and row[-1] == 1.0
+
+
 # -- properties (hypothesis) ---------------------------------------------------------------------
 
 _masses = st.one_of(

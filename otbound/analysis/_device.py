@@ -48,4 +48,5 @@ def bound_on(device: str | None) -> Callable[..., object] | None:
             return optimal_acceptance(p, q, n, design)
         return optimal_acceptance_torch(p, q, n, design, device=device).cpu().numpy()
 
+    bound.designs = TORCH_DESIGNS  # type: ignore[attr-defined]  # compare: the rest by numpy
     return bound
