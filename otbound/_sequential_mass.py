@@ -51,6 +51,9 @@ RIGHT_TAIL = 40.0
 LEFT_TOLERANCE = 1e-17
 #: A node's recursion stops once ``P[N < n]`` falls below this.
 NEGLIGIBLE = 1e-30
+#: The largest node ``t`` of the grid; beyond, the rates are rescaled (see the code).
+LARGEST_TIME = 1e300
+_LN2 = math.log(2.0)
 
 
 def _left_time(n: int, h: float) -> float:
@@ -105,7 +108,10 @@ def _remaining_mass(q, suffix, counts, t_lo, h, num_nodes, groups):  # pragma: n
     for g in numba.prange(groups):
         state = np.empty(top)
         for j in range(g, num_nodes, groups):
-            t = t_lo * math.exp(j * h)
+            if j * h < 700.0:
+                t = t_lo * math.exp(j * h)
+            else:  # e^{jh} alone would overflow while t_lo e^{jh} does not
+                t = math.exp(math.log(t_lo) + j * h)
             state[:] = 0.0
             state[0] = 1.0
             for i in range(size):
@@ -192,10 +198,18 @@ def sequential_prefix_masses(
         t_lo = min(_left_time(int(n), h) for n in distinct)
         # log(t_hi / t_lo) in logs, so that suffix masses down to the smallest subnormal stay
         # finite; the smallest n has the most live prefixes
-        log_span = math.log(RIGHT_TAIL) - math.log(suffix[live[0]].min()) - math.log(t_lo)
-        num_nodes = math.ceil(log_span / h) + 1
+        log_t_hi = math.log(RIGHT_TAIL) - math.log(suffix[live[0]].min())
+        num_nodes = math.ceil((log_t_hi - math.log(t_lo)) / h) + 1
+        # Multiplying every rate by c and every time by 1/c leaves the firing order, hence
+        # Q(H), unchanged. Where t_hi would pass LARGEST_TIME (suffix masses below ~1e-298) the
+        # nodes t themselves overflow, so the rates are scaled up by a power of two (exact,
+        # subnormals included) and the grid down by the same factor: every product q t is the
+        # same number.
+        scale = math.ldexp(1.0, max(0, math.ceil((log_t_hi - math.log(LARGEST_TIME)) / _LN2)))
         groups = max(1, min(numba.get_num_threads(), num_nodes))
-        remaining = _remaining_mass(q, suffix, distinct, t_lo, h, num_nodes, groups)
+        remaining = _remaining_mass(
+            q * scale, suffix * scale, distinct, t_lo / scale, h, num_nodes, groups
+        )
         left = _left_weight(suffix, t_lo, h)
         mass = np.where(live, 1.0 - (remaining + left[None, :]), mass)
     mass = np.clip(mass, 0.0, 1.0)

@@ -358,6 +358,18 @@ def test_without_replacement_minute_draft_mass(tiny):
     assert got == pytest.approx(want, abs=TOL)
 
 
+@pytest.mark.parametrize("tiny", [1e-200, 1e-300, 2.2250738585072014e-308, 1e-310, 5e-324])
+def test_without_replacement_two_minute_tokens_share_the_second_draft(tiny):
+    """Found by hypothesis: q = (1, t, t) with t down to the smallest subnormal. The second
+    draft is token 1 or 2 with probability 1/2 each, so α* = p(2) / 2 = 1/2; the clock of the
+    last token rings near 1/t, beyond the largest float, which the grid must still reach."""
+    p, q = [0.0, 0.0, 1.0], [1.0, tiny, tiny]
+    want, _ = oracles.brute_alpha(np.array(p), oracles.without_replacement_tuples(np.array(q), 2))
+    assert want == pytest.approx(0.5, abs=1e-15)
+    got = ob.optimal_acceptance(p, q, n=2, design="without_replacement")
+    assert got == pytest.approx(want, abs=TOL)
+
+
 @pytest.mark.parametrize("design", ["iid", "per_slot"])
 def test_more_drafts_than_tokens_with_replacement(design):
     """i.i.d. (and per-slot) drafts may repeat, so n > V is a valid question: V = 2, n = 3."""
