@@ -247,7 +247,7 @@ def optimal_acceptance_by_n(
     ns = [as_num_drafts(n) for n in counts]
     if not ns:
         raise ValueError("counts must hold at least one number of drafts, got none")
-    if not spec.shared_sweep or spec.slot_axis or len(ns) == 1:
+    if not spec.shared_sweep or len(ns) == 1:  # per_slot never shares: its q changes with n
         return np.stack([np.asarray(optimal_acceptance(p, q, n, spec), dtype=float) for n in ns])
     p_arr, q_arr = as_distribution_pair(p, q)
     for n in ns:

@@ -56,6 +56,12 @@ class TreeInputs:
     fed: np.ndarray
 
 
+def check_prefixes(prefixes: Sequence[Sequence[int]]) -> None:
+    """Raise ``ValueError`` unless every prefix holds a token (the root needs a context)."""
+    if any(len(p) == 0 for p in prefixes):
+        raise ValueError("prefixes must be non-empty: the root's distribution needs a context")
+
+
 def cached_tree_inputs(
     valid: np.ndarray,
     lengths: np.ndarray,
@@ -169,8 +175,7 @@ def tree_inputs(
     >>> x.position_ids.tolist(), x.allowed[0, -1].astype(int).tolist()
     ([[0, 1, 2, 2, 3]], [1, 1, 1, 0, 1])
     """
-    if any(len(p) == 0 for p in prefixes):
-        raise ValueError("prefixes must be non-empty: the root's distribution needs a context")
+    check_prefixes(prefixes)
     rows = len(prefixes)
     return cached_tree_inputs(
         np.zeros((rows, 0), dtype=bool),

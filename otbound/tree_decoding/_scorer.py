@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from otbound.tree_decoding._layout import TreeLayout
-from otbound.tree_decoding._mask import cached_tree_inputs, tree_inputs
+from otbound.tree_decoding._mask import cached_tree_inputs, check_prefixes, tree_inputs
 from otbound.tree_decoding._scoring import forward_tree_inputs
 
 
@@ -52,8 +52,7 @@ class _Scorer:
         layout: TreeLayout,
         vocab_size: int | None = None,
     ) -> None:
-        if any(len(p) == 0 for p in prefixes):
-            raise ValueError("prefixes must be non-empty: the root's distribution needs a context")
+        check_prefixes(prefixes)
         self.model = model
         self.layout = layout
         self.vocab_size = vocab_size
@@ -169,11 +168,12 @@ class CachedScorer(_Scorer):
         if self.cache is not None and rows != list(range(len(self.pending))):
             import torch
 
+            from otbound.capture._models import _model_device
+
             select = getattr(self.cache, "batch_select_indices", None)
             if not callable(select):
                 raise ValueError(_UNSUPPORTED.format(type(self.cache).__name__))
-            first = next(iter(self.model.parameters()))
-            select(torch.as_tensor(rows, dtype=torch.long, device=first.device))
+            select(torch.as_tensor(rows, dtype=torch.long, device=_model_device(self.model)))
         self.valid = self.valid[rows]
         self.lengths = self.lengths[rows]
         self.pending = [self.pending[r] for r in rows]
