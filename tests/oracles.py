@@ -1,7 +1,7 @@
 """Brute-force oracles for the draft designs and the optimal acceptance rate.
 
-Everything here is computed straight from the definitions in MATH.md with plain Python loops
-over ordered tuples and subsets, independently of otbound's code paths (nothing is imported
+Everything here is computed straight from the definitions in docs/mathematics.md with plain
+Python loops over ordered tuples and subsets, independently of otbound's code paths (nothing is imported
 from otbound). Small vocabularies only: the cost is ``V^n`` tuples and ``2^V`` subsets.
 
 * :func:`tuple_probs` - the probability of every ordered draft tuple, per design.
@@ -214,7 +214,7 @@ def total_variation(p, q) -> float:
 
 
 def sequential_pair_mass(q: Sequence[float], subset: Iterable[int]) -> float:
-    """MATH.md's ``n = 2`` closed form for sequential draws:
+    """The ``n = 2`` closed form for sequential draws:
     ``Q(H) = q(H) Σ_{x∈H} q_x/(1−q_x) − Σ_{x∈H} q_x²/(1−q_x)``."""
     q = [float(v) for v in q]
     h = list(subset)

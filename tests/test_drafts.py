@@ -1,4 +1,5 @@
-"""Draft designs against brute-force tuple probabilities computed from MATH.md's definitions."""
+"""Draft designs against brute-force tuple probabilities, computed from the definitions in
+docs/mathematics.md."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Oracles (tests/oracles.py, independent of otbound): brute force over every subset ``H``
 (``α* = 1 + min_H [p(H) − Q(H)]``, ``Q(H)`` summed from ordered draft tuples written from the
 definitions) and POT's network simplex on the full tuple-by-token coupling; plus the closed
-forms in MATH.md and the exact sweep.
+forms in docs/mathematics.md and the exact sweep.
 """
 
 from __future__ import annotations
@@ -150,7 +150,8 @@ def test_cvxpy_reference_matches_brute_force(gen):
 
 
 def test_known_values():
-    """MATH.md's example: sequential 0.99286, conditional Poisson 1.0, one draft 1 − TV = 0.7."""
+    """docs/mathematics.md's example: sequential 0.99286, conditional Poisson 1.0, one draft
+    1 − TV = 0.7."""
     p, q = [0.3, 0.4, 0.3], [0.6, 0.3, 0.1]
     seq = solve_primal(p, q, 2, "without_replacement").acceptance
     assert seq == pytest.approx(0.99285714285714, abs=1e-10)

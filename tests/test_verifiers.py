@@ -1,6 +1,6 @@
 """Tests of otbound.verifiers against independent oracles.
 
-The oracle is a brute-force enumerator written here from the definitions in MATH.md: for every
+The oracle is a brute-force enumerator written here from the definitions in docs/mathematics.md: for every
 ordered draft tuple of ``design.tuple_support`` it computes the verifier's exact output law
 ``P(Y | x̄)`` step by step, and sums ``Q(x̄) P(Y | x̄)`` (which must be ``p``) and
 ``Q(x̄) P(Y ∈ x̄ | x̄)`` (which must be the verifier's exact acceptance). Bounds come from the
@@ -121,7 +121,7 @@ def kseq_rho_oracle(p, q, n):
 
 
 def law_given_drafts(name, v, x, p, q, n, aux):
-    """``P(Y = · | drafts x)`` from the verifier's definition (MATH.md)."""
+    """``P(Y = · | drafts x)`` from the verifier's definition (docs/mathematics.md)."""
     vocab = p.size
     out = np.zeros(vocab)
     if name == "single":
@@ -231,7 +231,7 @@ def importance_select(stages, n):
 
 
 def oracle_tuples(design, q, n):
-    """Ordered draft tuples with their probabilities, written here from MATH.md's designs."""
+    """Ordered draft tuples with their probabilities, written here from the designs of docs/mathematics.md."""
     import itertools
 
     vocab = q.shape[-1]
