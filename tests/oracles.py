@@ -1,8 +1,8 @@
 """Brute-force oracles for the draft designs and the optimal acceptance rate.
 
 Everything here is computed straight from the definitions in docs/mathematics.md with plain
-Python loops over ordered tuples and subsets, independently of otbound's code paths (nothing is imported
-from otbound). Small vocabularies only: the cost is ``V^n`` tuples and ``2^V`` subsets.
+Python loops over ordered tuples and subsets, independently of otbound's code paths (nothing
+is imported from otbound). Small vocabularies only: the cost is ``V^n`` tuples and ``2^V`` subsets.
 
 * :func:`tuple_probs` - the probability of every ordered draft tuple, per design.
 * :func:`subset_mass` - ``Q(H) = P(all drafts lie in H)`` for every subset ``H`` (bit masks).

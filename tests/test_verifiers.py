@@ -1,7 +1,7 @@
 """Tests of otbound.verifiers against independent oracles.
 
-The oracle is a brute-force enumerator written here from the definitions in docs/mathematics.md: for every
-ordered draft tuple of ``design.tuple_support`` it computes the verifier's exact output law
+The oracle is a brute-force enumerator written here from the definitions in docs/mathematics.md:
+for every ordered draft tuple of ``design.tuple_support`` it computes the verifier's exact output law
 ``P(Y | x̄)`` step by step, and sums ``Q(x̄) P(Y | x̄)`` (which must be ``p``) and
 ``Q(x̄) P(Y ∈ x̄ | x̄)`` (which must be the verifier's exact acceptance). Bounds come from the
 exact sweep and the HiGHS set LP; Monte Carlo must agree within 4 standard errors.
@@ -231,7 +231,7 @@ def importance_select(stages, n):
 
 
 def oracle_tuples(design, q, n):
-    """Ordered draft tuples with their probabilities, written here from the designs of docs/mathematics.md."""
+    """Ordered draft tuples with their probabilities, from the designs of docs/mathematics.md."""
     import itertools
 
     vocab = q.shape[-1]
