@@ -143,3 +143,50 @@ def broadcast_batch(
     q_tail = q.shape[q.ndim - 1 - q_extra_axes :]
     q2 = np.broadcast_to(q, (*batch, *q_tail)).reshape(-1, *q_tail)
     return p2, q2, batch
+
+
+#: The largest excess :func:`clip_rounding` treats as rounding.
+ROUNDING_TOLERANCE = 1e-12
+
+
+def clip_rounding(
+    x: object, low: float, high: float, what: str, *, tol: float = ROUNDING_TOLERANCE
+) -> np.ndarray:
+    """Clip ``x`` into ``[low, high]`` where it is out by rounding only, and raise otherwise.
+
+    A value that the mathematics keeps in ``[low, high]`` (a probability, a mass ``Q(H)``,
+    ``α*``) may leave it by rounding; clipping more than that would hide a bug.
+
+    Parameters
+    ----------
+    x : array_like
+        Values that lie in ``[low, high]`` exactly.
+    low, high : float
+        The bounds.
+    what : str
+        What ``x`` is (the step that computed it), for the error message.
+    tol : float, default :data:`ROUNDING_TOLERANCE`
+        The largest excess ``max(low − x, x − high)`` clipped silently.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``clip(x, low, high)`` as float64 (a 0-d array for a scalar).
+
+    Raises
+    ------
+    ValueError
+        A NaN, or an excess above ``tol``: the message names ``what``, the index and the value.
+    """
+    arr = np.asarray(x, dtype=np.float64)
+    excess = np.maximum(low - arr, arr - high)
+    bad = np.isnan(arr) | (excess > tol)
+    if np.any(bad):
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        value = float(arr[index])
+        where = f" at index {index[0] if len(index) == 1 else index}" if index else ""
+        raise ValueError(
+            f"{what}{where} is {value!r}, outside [{low:g}, {high:g}] by more than "
+            f"rounding ({tol:g}): a bug upstream, not clipped"
+        )
+    return np.clip(arr, low, high)

@@ -39,15 +39,31 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import ClassVar
 
+import numba
 import numpy as np
 
+from otbound._checks import ROUNDING_TOLERANCE, clip_rounding
 from otbound._sequential_mass import sequential_prefix_masses
+
+#: The smallest positive normal float64.
+_TINY = np.finfo(np.float64).tiny
 
 
 def _sweep_key(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """``p/q`` per token; tokens with ``q = 0`` sort last (they never help to enter ``H``)."""
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+    """A key that sorts the tokens of each row by ``p/q``; ``q = 0`` sorts last (such tokens
+    never help to enter ``H``).
+
+    The key is ``p/q`` itself unless the ratio overflows or falls below the normal range in
+    some row (``q`` or ``p`` down to 5e-324 spans ratios up to 2e323, beyond the largest
+    float, and the order among those tokens decides ``Q(H)`` for the distinct designs); that
+    row's key is then ``log p − log q``, the same order without overflow.
+    """
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         key = p / q
+        lost = (q > 0) & (p > 0) & ((key > np.finfo(np.float64).max) | (key < _TINY))
+        rows = np.any(lost, axis=-1)
+        if np.any(rows):
+            key[rows] = np.log(p[rows]) - np.log(q[rows])
     key[q <= 0] = np.inf
     return key
 
@@ -111,6 +127,13 @@ def tuples_to_sets(
     return sets, set_probs
 
 
+#: Reasons of :meth:`DraftDesign.unusable` (besides ``"design defined for n=N only"``).
+ABOVE_SUPPORT = "n larger than the support of q"
+ABOVE_VOCABULARY = "n larger than the vocabulary"
+NEEDS_SLOTS = "design needs one q per draft slot"
+UNUSABLE_REASONS = (ABOVE_SUPPORT, ABOVE_VOCABULARY, NEEDS_SLOTS)
+
+
 class DraftDesign(ABC):
     """A draft design. Subclasses set ``name`` and implement the abstract methods.
 
@@ -143,31 +166,54 @@ class DraftDesign(ABC):
         return f"<draft design {self.name!r}>"
 
     # -- validation -------------------------------------------------------------------------
-    def check(self, q: np.ndarray, n: int) -> None:
-        """Raise ``ValueError`` when ``n`` drafts cannot be drawn from ``q`` (..., V)."""
+    def unusable(self, q: np.ndarray, n: int) -> np.ndarray:
+        """Why ``n`` drafts cannot be drawn from each row of ``q`` (..., V), ``""`` where they can.
+
+        The one statement of the design's conditions: :meth:`check` raises on the first row
+        with a reason, and :func:`otbound.compare` records the reasons of the cells it skips.
+
+        Returns
+        -------
+        numpy.ndarray of str (object), shape ``q.shape[:-1]`` (without the slot axis)
+            One of :data:`UNUSABLE_REASONS` (``"design defined for n=2 only"`` for ``hub``
+            at another ``n``), or ``""``.
+        """
+        slotted = self.slot_axis and q.ndim >= 2 and q.shape[-2] == n
+        reasons = np.full(q.shape[: -2 if slotted else -1], "", dtype=object)
         if self.fixed_n is not None and n != self.fixed_n:
-            raise ValueError(
-                f"design {self.name!r} is defined for n={self.fixed_n} only, got n={n}"
-            )
-        if self.slot_axis and q.shape[-2] != n:
+            reasons[...] = f"design defined for n={self.fixed_n} only"
+        elif self.slot_axis and not slotted:
+            reasons[...] = NEEDS_SLOTS
+        elif n > q.shape[-1] and (self.distinct or self.name == "topk"):
+            reasons[...] = ABOVE_VOCABULARY
+        elif self.distinct:
+            reasons[np.count_nonzero(q > 0, axis=-1) < n] = ABOVE_SUPPORT
+        return reasons
+
+    def check(self, q: np.ndarray, n: int) -> None:
+        """Raise ``ValueError`` when ``n`` drafts cannot be drawn from ``q`` (..., V): the
+        first row with a reason of :meth:`unusable`, in words."""
+        reasons = self.unusable(q, n)
+        bad = np.argwhere(np.atleast_1d(reasons != ""))
+        if bad.size == 0:
+            return
+        row = tuple(int(i) for i in bad[0])
+        reason = np.atleast_1d(reasons)[row]
+        if reason == NEEDS_SLOTS:
             raise ValueError(
                 f"design {self.name!r} needs one draft distribution per slot: q must have shape "
                 f"(..., n, V) with n={n}, got {q.shape}"
             )
-        vocab = q.shape[-1]
-        if n > vocab and (self.distinct or self.name == "topk"):
-            raise ValueError(f"n={n} is larger than the vocabulary size V={vocab}")
-        if self.distinct:
-            support = np.count_nonzero(q > 0, axis=-1)
-            short = support < n
-            if np.any(short):
-                row = tuple(int(i) for i in np.argwhere(np.atleast_1d(short))[0])
-                where = f" in row {row}" if q.ndim > 1 else ""
-                raise ValueError(
-                    f"n={n} is larger than the support of q{where} "
-                    f"({int(np.atleast_1d(support)[row] if row else support)} tokens with q > 0); "
-                    f"design {self.name!r} draws {n} distinct tokens"
-                )
+        if reason == ABOVE_VOCABULARY:
+            raise ValueError(f"n={n} is larger than the vocabulary size V={q.shape[-1]}")
+        if reason == ABOVE_SUPPORT:
+            where = f" in row {row}" if q.ndim > 1 else ""
+            support = np.count_nonzero(np.atleast_2d(q)[row if q.ndim > 1 else 0] > 0)
+            raise ValueError(
+                f"n={n} is larger than the support of q{where} ({support} tokens with q > 0); "
+                f"design {self.name!r} draws {n} distinct tokens"
+            )
+        raise ValueError(f"design {self.name!r} is defined for n={self.fixed_n} only, got n={n}")
 
     # -- sampling and enumeration ------------------------------------------------------------
     @abstractmethod
@@ -210,6 +256,17 @@ def _prefix_sums(x: np.ndarray) -> np.ndarray:
     return out
 
 
+def _prefix_probability(x: np.ndarray, design: str, total: np.ndarray | float = 1.0) -> np.ndarray:
+    """``x(H_i) / total`` for every prefix (``x`` sums to ``total`` along the last axis).
+
+    The cumulative sum may pass 1 by rounding, at most ``V`` roundings of ``2^-53`` each:
+    that much is clipped (:func:`otbound._checks.clip_rounding`), anything more raises.
+    """
+    tol = max(ROUNDING_TOLERANCE, x.shape[-1] * np.finfo(np.float64).epsneg)
+    what = f"{design} prefix probability q(H_i)"
+    return clip_rounding(_prefix_sums(x) / total, 0.0, 1.0, what, tol=tol)
+
+
 class IID(DraftDesign):
     """i.i.d. drafts (with replacement): ``Q(H) = q(H)^n``."""
 
@@ -224,7 +281,7 @@ class IID(DraftDesign):
         return tuples, np.prod(q[tuples], axis=1)
 
     def prefix_mass(self, q_sorted, n):
-        return np.minimum(_prefix_sums(q_sorted), 1.0) ** n
+        return _prefix_probability(q_sorted, self.name) ** n
 
 
 #: Above this drawn mass a row's next draft is drawn from its own renormalised CDF.
@@ -329,17 +386,97 @@ class WithoutReplacement(DraftDesign):
         return np.stack(rows, axis=1)  # one pass per node serves every n
 
 
-def _elementary_symmetric_prefix(q_sorted: np.ndarray, n: int) -> np.ndarray:
-    r"""``e_k`` of every prefix, ``k = 0..n``: shape (n + 1, B, V + 1).
+#: The scaled ``e_k`` kernel renormalises a mantissa once it leaves ``(_LOW, _HIGH)``.
+_LOW, _HIGH = 2.0**-100, 2.0**100
+#: ``2^d`` for ``|d| ≤ _SPAN``: the fast path multiplies by a table entry instead of ``ldexp``.
+_SPAN = 900
+_POW2 = np.ldexp(1.0, np.arange(-_SPAN, _SPAN + 1))
 
-    ``e_k(q_{≤i}) = Σ_{x≤i} q_x e_{k−1}(q_{<x})``: a cumulative sum of non-negative terms.
+
+@numba.njit(cache=True, parallel=True)
+def _scaled_esp_kernel(q, top, pow2, mant_out, expo_out):  # pragma: no cover - compiled
+    """``e_k`` of every prefix of every row of ``q`` (B, V), ``k = 1..top``, as
+    ``mant · 2^expo`` in ``mant_out``, ``expo_out`` (top, B, V + 1).
+
+    Each ``e_k`` carries its own exponent, so no value under- or overflows. The mantissas
+    stay in ``(2^-100, 2^100)`` (0 for ``e_k = 0``) and are renormalised only when they leave
+    it. Fast path (``q_i ≥ 2^-100`` and exponents within ``_SPAN``): the term
+    ``q_i e_{k−1}`` is a product with a table power of two, whose underflow can only drop a
+    term below ``2^-900`` of ``e_k``; otherwise ``frexp`` and ``ldexp`` align it exactly.
     """
-    size = q_sorted.shape[-1]
-    e = np.zeros((n + 1, *q_sorted.shape[:-1], size + 1))
-    e[0] = 1.0
-    for k in range(1, n + 1):
-        np.cumsum(q_sorted * e[k - 1][..., :-1], axis=-1, out=e[k][..., 1:])
-    return e
+    rows, size = q.shape
+    low, high, span = 2.0**-100, 2.0**100, (pow2.size - 1) // 2
+    for r in numba.prange(rows):
+        m = np.zeros(top + 1)
+        e = np.zeros(top + 1, dtype=np.int64)
+        m[0] = 1.0  # e_0 = 1
+        for i in range(size):
+            qi = q[r, i]
+            if qi != 0.0:
+                for k in range(top, 0, -1):  # e_k(≤ i) = e_k(< i) + q_i e_{k−1}(< i)
+                    if m[k - 1] == 0.0:
+                        continue
+                    d = e[k - 1] - e[k]
+                    if m[k] != 0.0 and qi >= low and -span <= d <= span:
+                        total, scale = m[k] + qi * m[k - 1] * pow2[d + span], e[k]
+                    else:
+                        a, b = math.frexp(qi)
+                        tm, te = a * m[k - 1], b + e[k - 1]
+                        if m[k] == 0.0:
+                            total, scale = tm, te
+                        elif te > e[k]:
+                            total, scale = tm + math.ldexp(m[k], e[k] - te), te
+                        else:
+                            total, scale = m[k] + math.ldexp(tm, te - e[k]), e[k]
+                    if low < total < high:
+                        m[k], e[k] = total, scale
+                    else:
+                        f, x = math.frexp(total)
+                        m[k], e[k] = f, scale + x
+            for k in range(1, top + 1):
+                mant_out[k - 1, r, i + 1] = m[k]
+                expo_out[k - 1, r, i + 1] = e[k]
+
+
+def _elementary_symmetric_prefix(q_sorted: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
+    r"""``e_k`` of every prefix, ``k = 1..top``, as mantissas and exponents of two.
+
+    ``e_k(q_{≤i}) = e_k(q_{<i}) + q_i e_{k−1}(q_{<i})``: sums of non-negative terms, each
+    ``e_k`` with its own power-of-two scale, so that ``e_n`` stays exact (to rounding) when
+    it falls far below the smallest float (``q`` down to 5e-324, ``n = 8``: ``1e-2600``).
+
+    Returns
+    -------
+    mant : numpy.ndarray, shape (top, B, V + 1)
+        Mantissas in ``(2^-100, 2^100)``, or 0 where ``e_k = 0`` (fewer than ``k`` positive
+        masses).
+    expo : numpy.ndarray of int64, same shape
+        ``e_k = mant · 2^expo``.
+    """
+    q2 = np.ascontiguousarray(q_sorted, dtype=np.float64).reshape(-1, q_sorted.shape[-1])
+    shape = (top, q2.shape[0], q2.shape[1] + 1)
+    mant_out = np.zeros(shape)
+    expo_out = np.zeros(shape, dtype=np.int64)
+    _scaled_esp_kernel(q2, top, _POW2, mant_out, expo_out)
+    return mant_out, expo_out
+
+
+def _conditional_poisson_ratio(q_sorted: np.ndarray, counts: Sequence[int]) -> np.ndarray:
+    r"""``e_n(q_{H_i}) / e_n(q)`` for every prefix and each ``n`` in ``counts``:
+    shape (len(counts), B, V + 1), unclipped.
+
+    The ratio of mantissas is a normal float and the difference of exponents is exact, so the
+    result carries a few roundings only (relative error ~1e-15), down to the subnormals; it
+    underflows to 0 only where the true ratio is below 5e-324.
+    """
+    wanted = np.asarray(list(counts), dtype=np.int64)
+    mant, expo = _elementary_symmetric_prefix(q_sorted, int(wanted.max()))
+    mant, expo = mant[wanted - 1], expo[wanted - 1]
+    whole_m, whole_e = mant[..., -1:], expo[..., -1:]
+    shift = np.clip(expo - whole_e, -2400, 300)  # past -2400 the ratio is 0 anyway
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.ldexp(mant / whole_m, shift.astype(np.int32))
+    return ratio.reshape(len(wanted), *q_sorted.shape[:-1], q_sorted.shape[-1] + 1)
 
 
 class ConditionalPoisson(DraftDesign):
@@ -347,6 +484,10 @@ class ConditionalPoisson(DraftDesign):
 
     ``Q(H) = e_n(q_H) / e_n(q)``. This is the ratio in Hu et al.'s proof, not what a sequential
     sampler draws (see :class:`WithoutReplacement`). The order inside a tuple is uniform.
+
+    The elementary symmetric polynomials of the prefixes are carried with one power-of-two
+    scale per ``e_k`` (:func:`_elementary_symmetric_prefix`), so ``Q(H)`` keeps its relative
+    precision when ``e_n`` falls below the smallest float (masses down to 5e-324).
     """
 
     name = "conditional_poisson"
@@ -354,15 +495,27 @@ class ConditionalPoisson(DraftDesign):
     distinct = True
 
     def sample(self, q, n, size, rng):
-        e = _elementary_symmetric_prefix(q[None, :], n)[:, 0]  # (n + 1, V + 1)
+        mant, expo = _elementary_symmetric_prefix(q[None, :], n)
+        mant, shift = np.frexp(mant[:, 0])  # (n, V + 1), mantissas in [0.5, 1)
+        expo = expo[:, 0] + shift
+        # A float key with the order of e_k along the prefixes: exponent + mantissa offset
+        # (each exponent's values lie in [expo, expo + 1)), relative to e_k(q) so that the
+        # keys near the top keep every bit; -inf where e_k = 0.
+        with np.errstate(divide="ignore"):
+            key = np.where(mant > 0, (expo - expo[:, -1:]) + (2.0 * mant - 1.0), -np.inf)
         limit = np.full(size, q.shape[-1])  # draw among tokens < limit
         out = np.empty((size, n), dtype=np.int64)
         for k in range(n, 0, -1):
             # P(largest chosen token = x | k left, tokens < limit) ∝ q_x e_{k-1}(q_{<x}),
-            # whose cumulative sum is e_k of the prefixes.
-            u = rng.random(size) * e[k][limit]
-            x = np.searchsorted(e[k], u, side="right") - 1
-            x = np.minimum(x, limit - 1)
+            # whose cumulative sum is e_k of the prefixes: invert it at u · e_k(q_{<limit}).
+            frac, shift = np.frexp(rng.random(size) * mant[k - 1, limit])
+            target = (expo[k - 1, limit] + shift - expo[k - 1, -1]) + (2.0 * frac - 1.0)
+            target = np.where(frac > 0, target, -np.inf)
+            x = np.searchsorted(key[k - 1], target, side="right") - 1
+            rounded = x >= limit  # u e_k(<limit) rounded up onto e_k(<limit)
+            if np.any(rounded):
+                last = _last_step(key[k - 1])
+                x[rounded] = last[limit[rounded]]
             out[:, k - 1] = x
             limit = x
         return rng.permuted(out, axis=1)
@@ -380,16 +533,28 @@ class ConditionalPoisson(DraftDesign):
         return sets, weight / weight.sum()
 
     def prefix_mass(self, q_sorted, n):
-        e_n = _elementary_symmetric_prefix(q_sorted, n)[n]
-        return np.minimum(e_n / e_n[..., -1:], 1.0)
+        return self.prefix_masses(q_sorted, [n])[0]
+
+    def prefix_masses(self, q_sorted, counts):
+        ratio = _conditional_poisson_ratio(q_sorted, counts)
+        return clip_rounding(ratio, 0.0, 1.0, "conditional_poisson Q(H) = e_n(q_H) / e_n(q)")
 
 
-def _restricted_prefix_mass(q_sorted: np.ndarray, fixed: int) -> np.ndarray:
+def _last_step(key: np.ndarray) -> np.ndarray:
+    """``out[j]`` = the last token ``x < j`` whose step ``key[x] < key[x + 1]`` is positive
+    (-1 if none): where to land when a target rounds up to ``key[j]``."""
+    step = np.flatnonzero(key[1:] > key[:-1])
+    marks = np.full(key.size, -1, dtype=np.int64)
+    marks[step + 1] = step
+    return np.maximum.accumulate(marks)
+
+
+def _restricted_prefix_mass(q_sorted: np.ndarray, fixed: int, design: str) -> np.ndarray:
     """``1[first `fixed` tokens ⊆ H_i] · r(H_i)`` with ``r = q`` renormalised off those tokens."""
     rest = q_sorted[..., fixed:]
     mass = np.zeros((*q_sorted.shape[:-1], q_sorted.shape[-1] + 1))
-    mass[..., fixed:] = _prefix_sums(rest) / rest.sum(axis=-1, keepdims=True)
-    return np.minimum(mass, 1.0)
+    mass[..., fixed:] = _prefix_probability(rest, design, rest.sum(axis=-1, keepdims=True))
+    return mass
 
 
 def _fixed_plus_sampled(
@@ -448,7 +613,7 @@ class Greedy(DraftDesign):
         return _fixed_plus_sampled(p, q, _top_tokens(q, n - 1))
 
     def prefix_mass(self, q_sorted, n):
-        return _restricted_prefix_mass(q_sorted, n - 1)
+        return _restricted_prefix_mass(q_sorted, n - 1, self.name)
 
 
 class TopK(DraftDesign):
@@ -518,7 +683,7 @@ class Hub(DraftDesign):
         return _fixed_plus_sampled(p, q, _top_tokens(q, 1))
 
     def prefix_mass(self, q_sorted, n):
-        return _restricted_prefix_mass(q_sorted, 1)
+        return _restricted_prefix_mass(q_sorted, 1, self.name)
 
 
 class PerSlot(DraftDesign):
@@ -553,7 +718,7 @@ class PerSlot(DraftDesign):
         return [np.argsort(_sweep_key(p, c), axis=-1) for c in candidates]
 
     def prefix_mass(self, q_sorted, n):
-        return np.prod(np.minimum(_prefix_sums(q_sorted), 1.0), axis=-2)
+        return np.prod(_prefix_probability(q_sorted, self.name), axis=-2)
 
 
 _REGISTRY: dict[str, DraftDesign] = {

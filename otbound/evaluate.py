@@ -27,11 +27,11 @@ from scipy.stats import chi2
 from otbound._checks import as_distribution_pair, as_num_drafts, broadcast_batch
 from otbound.bounds import optimal_acceptance
 from otbound.bounds.sweep import optimal_acceptance_by_n
-from otbound.drafts import get_design
+from otbound.drafts import ABOVE_SUPPORT, ABOVE_VOCABULARY, NEEDS_SLOTS, get_design
 from otbound.verifiers.base import as_trials, sample_drafts, wilson_interval
 from otbound.verifiers.registry import VERIFIERS, get_verifier
 
-__all__ = ["LosslessResult", "check_lossless", "compare"]
+__all__ = ["LosslessResult", "check_lossless", "compare", "skipped_cells"]
 
 #: Default significance of :func:`check_lossless`: a lossless verifier fails with this
 #: probability (chi-square approximation).
@@ -368,20 +368,113 @@ COMPARE_COLUMNS = (
 )
 
 
+#: Columns of :func:`skipped_cells`' table, in order.
+SKIPPED_COLUMNS = ("step", "n", "design", "verifier", "reason")
+
+#: Reasons a (step, n, design, verifier) cell of :func:`compare` gets no row.
+SKIP_SUPPORT = ABOVE_SUPPORT
+SKIP_VOCABULARY = ABOVE_VOCABULARY
+SKIP_PER_SLOT = NEEDS_SLOTS
+SKIP_VERIFIER = "the verifier does not apply"
+SKIP_NO_TRIALS = "no exact acceptance and no Monte Carlo trials"
+
+
+class _SkippedRecord:
+    """The skipped cells of one :func:`compare` table, kept in ``table.attrs["skipped"]``.
+
+    Read-only and compared by value, so that pandas can copy a table's ``attrs`` and compare
+    those of several tables (``pd.concat``) as it does for plain values.
+    """
+
+    __slots__ = ("_frame",)
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        self._frame = frame
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        return self._frame.copy()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _SkippedRecord) and self._frame.equals(other._frame)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __deepcopy__(self, memo: dict) -> _SkippedRecord:
+        return self  # never modified: the frame goes out as a copy
+
+    def __repr__(self) -> str:
+        return f"<{len(self._frame)} skipped cells>"
+
+
+def skipped_cells(table: pd.DataFrame) -> pd.DataFrame:
+    """The (step, n, design, verifier) cells a :func:`compare` table has no row for, and why.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        A table returned by :func:`compare` (or a selection of its rows: the record goes
+        with the table's ``attrs``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``step, n, design, verifier, reason`` (:data:`SKIPPED_COLUMNS`), one row per
+        cell of the whole grid of ``compare``'s call that got no row; the reasons are
+        :data:`SKIP_SUPPORT`, :data:`SKIP_VOCABULARY`, ``"design defined for n=2 only"``,
+        :data:`SKIP_PER_SLOT`, :data:`SKIP_VERIFIER` and :data:`SKIP_NO_TRIALS`.
+
+    Raises
+    ------
+    ValueError
+        The table carries no record (not from ``compare``, or a concatenation of tables with
+        different records, which pandas drops).
+
+    Examples
+    --------
+    >>> from otbound.evaluate import compare, skipped_cells
+    >>> df = compare([0.3, 0.4, 0.3], [0.6, 0.3, 0.1], n=3, verifiers=["spechub"])
+    >>> print(skipped_cells(df).to_string(index=False))
+     step  n design verifier                      reason
+        0  3    hub  spechub design defined for n=2 only
+        0  3    hub    bound design defined for n=2 only
+    """
+    record = table.attrs.get("skipped")
+    if not isinstance(record, _SkippedRecord):
+        raise ValueError(
+            "the table carries no record of skipped cells: it comes from otbound.compare "
+            "(pd.concat keeps it only when every part has the same record)"
+        )
+    return record.frame
+
+
+def _unusable_steps(design: str, q2: np.ndarray, n: int) -> np.ndarray:
+    """Per step of ``q2`` (steps, V), why the design cannot draw ``n`` drafts (``""``: it can);
+    a design with one ``q`` per slot never can: ``compare``'s rows have no slot axis."""
+    spec = get_design(design)
+    if spec.slot_axis:
+        return np.full(q2.shape[0], NEEDS_SLOTS, dtype=object)
+    return spec.unusable(q2, n)
+
+
 def _alpha_star_rows(
-    p2: np.ndarray, q2: np.ndarray, n: int, design: str, bound: Callable[..., object]
+    p2: np.ndarray,
+    q2: np.ndarray,
+    rows: np.ndarray,
+    n: int,
+    design: str,
+    bound: Callable[..., object],
 ) -> np.ndarray:
-    """``α*`` per step; NaN where the design does not apply (``n`` above the support, hub n≠2)."""
-    try:
-        return np.atleast_1d(np.asarray(bound(p2, q2, n, design), dtype=float))
-    except ValueError:
-        out = np.full(p2.shape[0], np.nan)
-        for i in range(p2.shape[0]):
-            try:
-                out[i] = float(np.asarray(bound(p2[i], q2[i], n, design)))
-            except ValueError:
-                pass
-        return out
+    """``α*`` of the steps in the mask ``rows``, one ``bound`` call; its errors propagate."""
+    if not rows.any():
+        return np.zeros(0)
+    values = np.atleast_1d(np.asarray(bound(p2[rows], q2[rows], n, design), dtype=float))
+    if values.shape != (int(rows.sum()),):
+        raise ValueError(
+            f"the bound returned shape {values.shape} for {int(rows.sum())} steps "
+            f"(n={n}, design {design!r}); it must return one α* per step"
+        )
+    return values
 
 
 def _alpha_star_table(
@@ -390,28 +483,36 @@ def _alpha_star_table(
     ns: list[int],
     designs: list[str],
     bound: Callable[..., object] | None,
+    applies: dict[tuple[int, str], np.ndarray],
 ) -> dict[tuple[int, str], np.ndarray]:
-    """``α*`` per step for every ``(n, design)``.
+    """``α*`` per step for every ``(n, design)``: NaN where ``applies`` is False, and an error
+    from the bound (a NaN in a sweep, a failed check) is raised, never turned into a skip.
 
     With the built-in sweep (``bound=None``, or a ``bound`` whose ``designs`` attribute does
     not list ``d``) a design with ``shared_sweep`` gets every ``n`` from one sort
-    (:func:`otbound.bounds.sweep.optimal_acceptance_by_n`) unless some ``n`` does not apply
-    to some step; then, like every other design, one ``n`` at a time.
+    (:func:`otbound.bounds.sweep.optimal_acceptance_by_n`) for the steps where every ``n``
+    applies; the others, like every other design, one ``n`` at a time.
     """
     own = getattr(bound, "designs", None)  # the designs a custom bound computes itself
     out: dict[tuple[int, str], np.ndarray] = {}
     for d in designs:
         builtin = bound is None or (own is not None and d not in own)
+        shared = np.zeros(p2.shape[0], dtype=bool)
         if builtin and get_design(d).shared_sweep:
-            try:
-                values = optimal_acceptance_by_n(p2, q2, ns, d)
-            except ValueError:  # an n above some step's support: NaN for those steps below
-                pass
-            else:
-                out.update({(k, d): row for k, row in zip(ns, values, strict=True)})
-                continue
-        for k in ns:
-            out[k, d] = _alpha_star_rows(p2, q2, k, d, bound or optimal_acceptance)
+            shared = np.logical_and.reduce([applies[k, d] for k in ns])
+        by_n = optimal_acceptance_by_n(p2[shared], q2[shared], ns, d) if shared.any() else None
+        for j, k in enumerate(ns):
+            out[k, d] = np.full(p2.shape[0], np.nan)
+            if by_n is not None:
+                out[k, d][shared] = by_n[j]
+            rest = applies[k, d] & ~shared
+            out[k, d][rest] = _alpha_star_rows(p2, q2, rest, k, d, bound or optimal_acceptance)
+            broken = applies[k, d] & np.isnan(out[k, d])
+            if broken.any():
+                raise ValueError(
+                    f"α* of design {d!r} at n={k} is NaN at {int(broken.sum())} step(s) "
+                    f"(row {int(np.flatnonzero(broken)[0])} first): the bound failed"
+                )
     return out
 
 
@@ -452,10 +553,14 @@ def compare(
     plus one row per (step, n, design) with ``verifier="bound"`` and ``acceptance = α*``
     (``exact`` tells whether the sweep is exact for the design).
 
-    Verifiers that do not apply get **no row**: ``spechub`` (and the ``hub`` bound) at
-    ``n ≠ 2``; ``optimal`` above its enumeration limit (``V^n > 200,000`` draft tuples);
-    distinct-draft designs with ``n`` above the support of ``q``; designs with one draft
-    distribution per slot (``per_slot``), which need a ``q`` of shape ``(n, V)``.
+    Cells that do not apply get **no row**, and each is recorded with its reason
+    (:func:`skipped_cells` reads the record from ``table.attrs["skipped"]``): ``spechub`` (and
+    the ``hub`` bound) at ``n ≠ 2``; distinct-draft designs with ``n`` above the support of
+    ``q`` (or the vocabulary); designs with one draft distribution per slot (``per_slot``),
+    which need a ``q`` of shape ``(n, V)``; a verifier outside its own limits (``optimal``
+    above ``V^n > 200,000`` draft tuples); a verifier without an exact acceptance when
+    ``trials=0``. Nothing else is skipped: an error of the bound (a NaN in a sweep, a failed
+    check) or of a verifier is raised.
 
     Parameters
     ----------
@@ -486,7 +591,13 @@ def compare(
     -------
     pandas.DataFrame
         Columns ``step, n, design, verifier, acceptance, ci_low, ci_high, exact, alpha_star,
-        gap, ratio, trials`` (``trials`` is 0 for exact rows).
+        gap, ratio, trials`` (``trials`` is 0 for exact rows); ``attrs["skipped"]`` records
+        the cells without a row (:func:`skipped_cells`).
+
+    Raises
+    ------
+    ValueError
+        Invalid arguments; an error of the bound or a NaN ``α*`` where the design applies.
 
     Examples
     --------
@@ -527,36 +638,31 @@ def compare(
         bound_designs = [
             get_design(d).name for d in ([designs] if isinstance(designs, str) else designs)
         ]
-    star_designs = [
-        d for d in dict.fromkeys(vdesigns + bound_designs) if not get_design(d).slot_axis
-    ]
-    table = _alpha_star_table(p2, q2, ns, star_designs, bound)
+    designs_all = list(dict.fromkeys(vdesigns + bound_designs))
+    why = {(k, d): _unusable_steps(d, q2, k) for k in ns for d in designs_all}
+    applies = {key: reasons == "" for key, reasons in why.items()}
+    star_designs = [d for d in designs_all if not get_design(d).slot_axis]
+    table = _alpha_star_table(p2, q2, ns, star_designs, bound, applies)
     rows: list[dict] = []
+    skipped: list[tuple[int, int, str, str, str]] = []
     for k in ns:
-        stars = {d: table[k, d] for d in star_designs}
         for vi, (v, d) in enumerate(zip(objs, vdesigns, strict=True)):
-            if d not in stars:
-                continue
             for step in range(steps):
-                star = float(stars[d][step])
-                if math.isnan(star):
-                    continue
-                applies = getattr(v, "applies", None)
-                if callable(applies) and not applies(p2[step], q2[step], k):
-                    continue
-                row = _verifier_row(
-                    v, d, p2[step], q2[step], k, int(ids[step]), star, trials, seed, vi, level
-                )
-                if row is not None:
-                    rows.append(row)
+                cell = why[k, d][step] or _verifier_row(
+                    v, d, p2[step], q2[step], k, int(ids[step]), float(table[k, d][step]),
+                    trials, seed, vi, level,
+                )  # fmt: skip
+                if isinstance(cell, dict):
+                    rows.append(cell)
+                else:
+                    skipped.append((int(ids[step]), k, d, _name(v), cell))
         for d in bound_designs:
-            if d not in stars:
-                continue
             exact = get_design(d).exact_sweep
             for step in range(steps):
-                star = float(stars[d][step])
-                if math.isnan(star):
+                if why[k, d][step]:
+                    skipped.append((int(ids[step]), k, d, "bound", why[k, d][step]))
                     continue
+                star = float(table[k, d][step])
                 rows.append(
                     {
                         "step": int(ids[step]),
@@ -578,13 +684,29 @@ def compare(
     order = {"bound": 1}
     frame["_bound"] = frame["verifier"].map(order).fillna(0)
     frame = frame.sort_values(["step", "n", "_bound"], kind="stable").drop(columns="_bound")
+    frame = frame.reset_index(drop=True)
+    frame.attrs["skipped"] = _SkippedRecord(_skipped_frame(skipped))
+    return frame
+
+
+def _skipped_frame(records: list[tuple[int, int, str, str, str]]) -> pd.DataFrame:
+    """The skipped cells as a table (columns :data:`SKIPPED_COLUMNS`), in table order."""
+    frame = pd.DataFrame(records, columns=list(SKIPPED_COLUMNS))
+    frame = frame.astype({"step": "int64", "n": "int64"})
+    frame["_bound"] = (frame["verifier"] == "bound").astype(int)
+    frame = frame.sort_values(["step", "n", "_bound"], kind="stable").drop(columns="_bound")
     return frame.reset_index(drop=True)
 
 
-def _verifier_row(v, design, p, q, n, step, star, trials, seed, index, level) -> dict | None:
+def _verifier_row(v, design, p, q, n, step, star, trials, seed, index, level) -> dict | str:
+    """The verifier's row at one step, or the reason it has none (:data:`SKIP_VERIFIER`,
+    :data:`SKIP_NO_TRIALS`)."""
+    applies = getattr(v, "applies", None)
+    if callable(applies) and not applies(p, q, n):
+        return SKIP_VERIFIER
     value = v.acceptance(p, q, n)
     if value is None and trials == 0:
-        return None
+        return SKIP_NO_TRIALS
     if value is not None:
         acc = float(value)
         lo = hi = acc

@@ -222,3 +222,102 @@ def sequential_pair_mass(q: Sequence[float], subset: Iterable[int]) -> float:
     return q_h * math.fsum(q[x] / (1 - q[x]) for x in h) - math.fsum(
         q[x] ** 2 / (1 - q[x]) for x in h
     )
+
+
+# -- log space: masses down to the smallest subnormal ------------------------------------------
+
+
+def _logsumexp(values: Iterable[float]) -> float:
+    """``log Σ exp(v)`` without overflow or underflow (``-inf`` for an empty sum)."""
+    vals = [v for v in values if v != -math.inf]
+    if not vals:
+        return -math.inf
+    top = max(vals)
+    return top + math.log(math.fsum(math.exp(v - top) for v in vals))
+
+
+def _log(x: float) -> float:
+    return math.log(x) if x > 0 else -math.inf
+
+
+def log_tuple_probs(design: str, q, n: int) -> dict[tuple[int, ...], float]:
+    """``log P(x̄)`` of every ordered draft tuple with positive probability, from the
+    definitions in docs/mathematics.md, with every product taken as a sum of logs (so that
+    masses down to 5e-324 and products far below the smallest float stay exact).
+
+    ``q`` is (V,), or (n, V) for ``per_slot``. Sums of masses (the mass left before a
+    sequential draw, the mass off the top tokens) are taken with ``math.fsum`` over the
+    tokens themselves, never as ``1 − used``.
+    """
+    q = np.asarray(q, dtype=np.float64).tolist()
+    out: dict[tuple[int, ...], float] = {}
+    if design == "per_slot":
+        for t in itertools.product(range(len(q[0])), repeat=n):
+            lp = math.fsum(_log(q[j][x]) for j, x in enumerate(t))
+            if lp > -math.inf:
+                out[t] = lp
+        return out
+    vocab = range(len(q))
+    logq = [_log(v) for v in q]
+    if design == "iid":
+        for t in itertools.product(vocab, repeat=n):
+            lp = math.fsum(logq[x] for x in t)
+            if lp > -math.inf:
+                out[t] = lp
+    elif design == "without_replacement":
+        for t in itertools.permutations(vocab, n):
+            if any(q[x] == 0.0 for x in t):
+                continue
+            out[t] = math.fsum(
+                logq[x] - math.log(math.fsum(q[y] for y in vocab if y not in t[:j]))
+                for j, x in enumerate(t)
+            )
+    elif design == "conditional_poisson":
+        weights = {
+            t: math.fsum(logq[x] for x in t)
+            for t in itertools.permutations(vocab, n)
+            if all(q[x] > 0 for x in t)
+        }
+        total = _logsumexp(weights.values())
+        out = {t: w - total for t, w in weights.items()}
+    elif design in ("greedy", "topk"):
+        fixed = top_tokens(q, n - 1 if design == "greedy" else n)
+        if design == "topk":
+            return {tuple(fixed): 0.0}
+        rest = [0.0 if x in fixed else q[x] for x in vocab]
+        log_total = math.log(math.fsum(rest))
+        out = {(*fixed, x): math.log(rest[x]) - log_total for x in vocab if rest[x] > 0}
+    elif design == "hub":
+        assert n == 2
+        a = top_tokens(q, 1)[0]
+        log_off = math.log(math.fsum(q[i] for i in vocab if i != a))
+        for i in vocab:
+            if i != a and q[i] > 0:
+                out[(i, a)] = logq[i]
+                out[(a, i)] = logq[a] + logq[i] - log_off
+    else:
+        raise ValueError(design)
+    return out
+
+
+def log_subset_mass(log_probs: dict[tuple[int, ...], float], vocab: int) -> list[float]:
+    """``log Q(H)`` for every subset ``H`` (bit mask), by log-sum-exp over the tuples in ``H``."""
+    by_mask: dict[int, list[float]] = {}
+    for t, lp in log_probs.items():
+        by_mask.setdefault(mask_of(t), []).append(lp)
+    per_mask = {m: _logsumexp(v) for m, v in by_mask.items()}
+    return [_logsumexp(lp for m, lp in per_mask.items() if m & ~h == 0) for h in range(2**vocab)]
+
+
+def log_brute_alpha(p, log_probs: dict[tuple[int, ...], float]) -> tuple[float, int]:
+    """``α* = 1 + min_H [p(H) − Q(H)]`` with ``Q(H) = exp(log Q(H))`` from
+    :func:`log_subset_mass`; ``p(H)`` by ``math.fsum``. Returns ``α*`` and an arg-min mask."""
+    p = [float(v) for v in np.asarray(p, dtype=np.float64)]
+    vocab = len(p)
+    log_mass = log_subset_mass(log_probs, vocab)
+    best, arg = 0.0, 0
+    for h in range(2**vocab):
+        gap = math.fsum(p[x] for x in range(vocab) if h >> x & 1) - math.exp(log_mass[h])
+        if gap < best:
+            best, arg = gap, h
+    return 1.0 + best, arg

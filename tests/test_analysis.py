@@ -4,6 +4,7 @@ independent interval, top-k intervals, chunking, processes, dask, resume."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,8 @@ from otbound.analysis import (
     STEP_COLUMNS,
     SUMMARY_COLUMNS,
     AnalysisConfig,
+    AnalysisError,
+    _runner,
     analyse_shard,
     gap_histogram,
     run_analysis,
@@ -388,3 +391,106 @@ def test_torch_device_gives_the_numpy_rows(dump_dir) -> None:
         AnalysisConfig(**kwargs, device="cpu").fingerprint()
         == AnalysisConfig(**kwargs).fingerprint()
     )
+
+
+# -- skipped cells, bugs, resume keys ----------------------------------------------------------
+
+
+def test_run_records_every_skipped_cell(dump_dir, tmp_path: Path) -> None:
+    """With top-k 3 only three tokens are left: n = 4 does not apply to a distinct-draft
+    design, and every such (step, temperature, n, design, verifier) cell is written down."""
+    path, _, _ = dump_dir
+    config = AnalysisConfig(
+        n=(2, 4),
+        designs=("iid", "without_replacement"),
+        verifiers=("rrs", "rrs_without_replacement", "gls"),
+        temperatures=(1.0, 0.5),
+        top_k=3,
+    )
+    dump = ob.open_dump(path)
+    shard = analyse_shard(dump, 0, config)
+    cells = shard.skipped_cells
+    assert list(cells.columns) == ["step", "temperature", "n", "design", "verifier", "reason"]
+    support = cells[cells.reason == "n larger than the support of q"]
+    assert set(support.n) == {4} and set(support.design) == {"without_replacement"}
+    assert set(support.verifier) == {"bound", "rrs_without_replacement"}
+    assert len(support) == 12 * 2 * 2  # steps × temperatures × (bound, verifier)
+    no_trials = cells[cells.reason == "no exact acceptance and no Monte Carlo trials"]
+    assert set(no_trials.verifier) == {"gls"} and set(no_trials.n) == {2, 4}
+    assert len(cells) + len(shard.rows) == 12 * 2 * 2 * (3 + 2)  # the whole grid
+    result = run_analysis(dump, config, tmp_path / "out", progress=False, figures=False)
+    assert result.ok and result.cells == sum(SHARDS) * 2 * 2 * 5
+    written = pd.read_parquet(tmp_path / "out" / "skipped.parquet")
+    assert (
+        len(written)
+        == len(result.skipped_cells)
+        == sum(SHARDS) * 2 * 2 + len(written[written.verifier == "gls"])
+    )
+    csv = pd.read_csv(tmp_path / "out" / "skipped.csv")
+    pd.testing.assert_frame_equal(csv, written, check_dtype=False)
+    record = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert record["skipped_cells"] == {
+        "cells": result.cells,
+        "skipped": len(written),
+        "by_reason": written.reason.value_counts().to_dict(),
+    }
+
+
+def _buggy_shard(dump, shard, config, progress=None):
+    """A shard analysis with a bug in it (module level: spawned workers import it)."""
+    raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_bug_stops_the_run_with_its_traceback(dump_dir, tmp_path: Path, monkeypatch, jobs):
+    """Only a dump error is a bad shard: a bug stops the run, the traceback kept in run.json."""
+    path, _, _ = dump_dir
+    monkeypatch.setattr(_runner, "analyse_shard", _buggy_shard)
+    with pytest.raises(AnalysisError, match="TypeError") as info:
+        _run(ob.open_dump(path), tmp_path / "out", jobs=jobs)
+    assert "dump" not in str(info.value).replace("not a bad dump", "")
+    assert "unsupported operand" in info.value.traceback
+    record = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert not record["complete"] and "failures" not in record
+    assert record["error"]["shard"].startswith("shard-0000")
+    assert "TypeError: unsupported operand" in record["error"]["traceback"]
+    assert "_buggy_shard" in record["error"]["traceback"]  # where it happened, worker included
+    assert not (tmp_path / "out" / "steps.parquet").exists()
+
+
+def test_a_plain_value_error_is_a_bug_not_a_bad_shard(dump_dir, tmp_path: Path, monkeypatch):
+    def nan_in_the_sweep(dump, shard, config, progress=None):
+        raise ValueError("the sweep produced NaN")
+
+    path, _, _ = dump_dir
+    monkeypatch.setattr(_runner, "analyse_shard", nan_in_the_sweep)
+    with pytest.raises(AnalysisError, match="NaN"):
+        _run(ob.open_dump(path), tmp_path / "out")
+
+
+def test_resume_refuses_another_otbound_version(dump_dir, tmp_path: Path, monkeypatch) -> None:
+    path, _, _ = dump_dir
+    dump = ob.open_dump(path)
+    assert _run(dump, tmp_path / "out").ok
+    before = ob.__version__
+    monkeypatch.setattr(ob, "__version__", "99.0")
+    with pytest.raises(ValueError, match=rf"otbound {before}.*this is otbound 99\.0") as info:
+        _run(dump, tmp_path / "out", resume=True)
+    assert "\n" not in str(info.value)
+
+
+def test_resume_refuses_a_changed_dump(tmp_path: Path) -> None:
+    rng = np.random.default_rng(8)
+    file = tmp_path / "run.npz"
+    np.savez(file, target_logits=rng.normal(size=(6, 20)), draft_logits=rng.normal(size=(6, 20)))
+    assert _run(ob.open_dump(file), tmp_path / "out").ok
+    np.savez(file, target_logits=rng.normal(size=(6, 20)), draft_logits=rng.normal(size=(6, 20)))
+    with pytest.raises(ValueError, match="another dump"):
+        _run(ob.open_dump(file), tmp_path / "out", resume=True)
+    # an otbound dump directory rewritten with other logits
+    write_dump(tmp_path / "dump", seed=1)
+    assert _run(ob.open_dump(tmp_path / "dump"), tmp_path / "dir").ok
+    shutil.rmtree(tmp_path / "dump")
+    write_dump(tmp_path / "dump", seed=2)
+    with pytest.raises(ValueError, match="another dump"):
+        _run(ob.open_dump(tmp_path / "dump"), tmp_path / "dir", resume=True)

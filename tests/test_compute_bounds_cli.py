@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +14,8 @@ import pandas as pd
 import pytest
 from dump_factory import write_dump
 
+import otbound
+from otbound.analysis import _runner
 from otbound.cli import compute_bounds
 from otbound.cli.compute_bounds import main
 
@@ -32,6 +36,12 @@ def one_error_line(err: str) -> str:
     assert lines[0].startswith("compute_bounds: error: "), lines[0]
     assert "Traceback" not in err
     return lines[0]
+
+
+def bad_step_ids(line: str) -> dict[str, set[int]]:
+    """The step ids the NaN/Inf message names for each model ("target at 2 steps: 3, 5")."""
+    found = re.findall(r"\b(target|draft) at \d+ steps?: (\d+(?:, \d+)*)", line)
+    return {side: {int(s) for s in ids.split(", ")} for side, ids in found}
 
 
 def no_partial_files(out: Path) -> None:
@@ -111,7 +121,8 @@ def test_nan_logits_name_the_steps_and_can_be_skipped(tmp_path: Path, capsys) ->
     out = tmp_path / "out"
     code, _, err = run(capsys, tmp_path / "run.npz", *FAST, "--out", out)
     line = one_error_line(err)
-    assert code == 1 and "3" in line and "7" in line and "--skip-bad-steps" in line
+    assert code == 1 and "--skip-bad-steps" in line
+    assert bad_step_ids(line) == {"target": {3}, "draft": {7}}
     assert not (out / "steps.parquet").exists()
     code, _, err = run(capsys, tmp_path / "run.npz", *FAST, "--out", out, "--skip-bad-steps")
     assert code == 0, err
@@ -128,13 +139,15 @@ def test_vocabulary_mismatch(tmp_path: Path, capsys) -> None:
     )
     code, _, err = run(capsys, tmp_path / "run.npz", *FAST, "--out", tmp_path / "out")
     line = one_error_line(err)
-    assert code == 1 and "20" in line and "24" in line and "--truncate-vocab" in line
+    assert code == 1 and "--truncate-vocab" in line
+    widths = re.search(r"the target has (\d+) tokens and the draft (\d+);", line)
+    assert widths is not None and widths.groups() == ("20", "24")
     code, _, err = run(
         capsys, tmp_path / "run.npz", *FAST, "--out", tmp_path / "out", "--truncate-vocab"
     )
     assert code == 0, err
     warnings = [x for x in err.splitlines() if "warning" in x]
-    assert len(warnings) == 1 and "first 20" in warnings[0]
+    assert len(warnings) == 1 and re.search(r"first (\d+)$", warnings[0]).group(1) == "20"
 
 
 def test_corrupt_shard_finishes_the_others_then_resumes(tmp_path: Path, capsys) -> None:
@@ -147,7 +160,7 @@ def test_corrupt_shard_finishes_the_others_then_resumes(tmp_path: Path, capsys) 
     code, _, err = run(capsys, path, *FAST, "--out", out)
     line = one_error_line(err)
     assert code == 1 and "shard-00001" in line and "--resume" in line
-    assert sorted(p.name for p in (out / "shards").glob("*.parquet")) == [
+    assert sorted(p.name for p in (out / "shards").glob("shard-?????.parquet")) == [
         "shard-00000.parquet",
         "shard-00002.parquet",
     ]
@@ -259,3 +272,75 @@ def test_device_errors(dump: Path, tmp_path: Path, capsys) -> None:
         assert code == 1 and "no CUDA device" in one_error_line(err)
     code, _, err = run(capsys, dump, *FAST, "--out", tmp_path / "out", "--device", "cpu")
     assert code == 0, err
+
+
+def test_skipped_cells_are_counted_listed_and_the_table_shows_their_steps(
+    tmp_path: Path, capsys
+) -> None:
+    """Steps 0-3 have two draft tokens: n = 3 without replacement does not apply there."""
+    rng = np.random.default_rng(12)
+    target, draft = rng.dirichlet(np.ones(10), 12), rng.dirichlet(np.ones(10), 12)
+    draft[:4, 2:] = 0.0
+    draft /= draft.sum(axis=1, keepdims=True)
+    np.savez(tmp_path / "run.npz", target_probs=target, draft_probs=draft)
+    out = tmp_path / "out"
+    code, stdout, err = run(
+        capsys,
+        tmp_path / "run.npz",
+        "--n",
+        "2,3",
+        "--design",
+        "without_replacement",
+        "--verifiers",
+        "rrs_without_replacement",
+        "--out",
+        out,
+        "--no-figures",
+    )
+    assert code == 0, err
+    lines = [x for x in err.splitlines() if "cells" in x]
+    assert lines == [
+        "compute_bounds: skipped 8 of 48 (step, n, design, verifier) cells: 8 n larger than "
+        "the support of q (listed in skipped.csv)"
+    ]
+    cells = pd.read_csv(out / "skipped.csv")
+    assert set(cells.step) == {0, 1, 2, 3} and set(cells.n) == {3} and len(cells) == 8
+    assert set(cells.verifier) == {"bound", "rrs_without_replacement"}
+    record = json.loads((out / "run.json").read_text())
+    assert record["skipped_cells"]["skipped"] == 8 and record["skipped_cells"]["cells"] == 48
+    # the header counts the temperature's steps; a cell over fewer steps says how many
+    table = stdout.split("\n\n")[0].splitlines()
+    assert table[0].startswith("temperature 1 (12 steps;")
+    for row in table[3:]:  # under the two header lines and the index names
+        assert re.findall(r"\((\d+) steps\)", row) == ["8"], row  # the n=3 column only
+    assert "skipped.csv" in stdout
+
+
+def _buggy_shard(dump, shard, config, progress=None):
+    raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")
+
+
+def test_a_bug_stops_the_run_with_its_traceback(dump: Path, tmp_path: Path, monkeypatch, capsys):
+    monkeypatch.setattr(_runner, "analyse_shard", _buggy_shard)
+    out = tmp_path / "out"
+    code, _, err = run(capsys, dump, *FAST, "--out", out)
+    assert code == 1
+    assert "Traceback (most recent call last)" in err and "_buggy_shard" in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("compute_bounds: error: ") and "TypeError" in last
+    assert "not a bad dump" in last and "fix the dump" not in err
+    record = json.loads((out / "run.json").read_text())
+    assert "TypeError: unsupported operand" in record["error"]["traceback"]
+    assert not (out / "steps.parquet").exists()
+
+
+def test_resume_with_another_version_is_refused(
+    dump: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    out = tmp_path / "out"
+    assert run(capsys, dump, *FAST, "--out", out)[0] == 0
+    before = otbound.__version__
+    monkeypatch.setattr(otbound, "__version__", "99.0")
+    code, _, err = run(capsys, dump, *FAST, "--out", out, "--resume")
+    line = one_error_line(err)
+    assert code == 1 and f"made by otbound {before}, this is otbound 99.0" in line

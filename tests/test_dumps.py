@@ -572,8 +572,8 @@ def test_single_file_probabilities_and_named_keys(tmp_path: Path) -> None:
     tempered = shard.distributions(temperature=0.5)
     np.testing.assert_allclose(tempered.draft, q**2 / (q**2).sum(1, keepdims=True), rtol=1e-10)
     np.savez(tmp_path / "named.npz", big=p, small=np.log(q))
-    dump = od.open_dump(tmp_path / "named.npz", target_key="big", draft_key="small", probs=None)
-    assert dump.values == ("logits", "logits")
+    with pytest.raises(od.DumpError, match="big holds probabilities, not logits"):
+        od.open_dump(tmp_path / "named.npz", target_key="big", draft_key="small", probs=None)
     dump = od.open_dump(tmp_path / "named.npz", target_key="big", draft_key="small", probs=True)
     assert dump.values == ("probs", "probs")
     np.savez(tmp_path / "mixed.npz", p_probs=p, q_logits=np.log(q))
@@ -965,6 +965,64 @@ def test_bad_topk_rows_are_named_and_can_be_skipped() -> None:
         od.acceptance_interval(bad, rows, 2, step_ids=[10, 11, 12, 13])
     result = od.acceptance_interval(bad, rows, 2, step_ids=[10, 11, 12, 13], skip_bad_steps=True)
     assert result.step.tolist() == [10] and result.skipped.tolist() == [11, 12, 13]
+
+
+def test_a_tail_of_1e_13_is_carried_into_the_interval() -> None:
+    """Tails are not zeroed below a threshold: a tail of 1e-13 moves α* by about 1e-13, and
+    the interval (no longer labelled exact) still contains the full-vocabulary value."""
+    t = 1e-13
+    p = np.array([[0.5, 0.5 - t, t, 0.0]])
+    q = np.array([[0.5 - t, 0.5, 0.0, t]])
+    with np.errstate(divide="ignore"):
+        rows_p, rows_q = (od.TopKRows.from_logits(np.log(x), 2) for x in (p, q))
+    assert 0 < rows_p.tail_mass()[0] < 2 * t
+    for n in (1, 2, 4):
+        full = float(ob.optimal_acceptance(p, q, n)[0])
+        result = od.acceptance_interval(rows_p, rows_q, n)
+        assert not result.exact[0]
+        assert result.lower[0] <= full <= result.upper[0], (n, result, full)
+        assert result.upper[0] - result.lower[0] < 1e-11  # widened by rounding, not more
+
+
+def test_kept_mass_above_one_is_refused_naming_the_step_and_the_excess() -> None:
+    """Stored probabilities summing to 1 + 1e-4 (or 1 + 5e-5) are not rescaled: the row's
+    logsumexp does not belong to its logits."""
+    rng = np.random.default_rng(18)
+    rows = od.TopKRows.from_logits(rng.normal(size=(3, 10)), 4)
+    for excess in (1e-4, 5e-5):
+        lse = rows.logsumexp.copy()
+        stored = np.log(np.exp(rows.logits[1]).sum())
+        lse[1] = stored - np.log1p(excess)  # kept mass exp(stored − lse) = 1 + excess
+        bad = od.TopKRows(rows.ids, rows.logits, lse, 10)
+        assert bad.probabilities()[1].sum() == pytest.approx(1 + excess, rel=1e-12)
+        message = rf"step 8: .*sum to 1 \+ {excess:.1e}"
+        with pytest.raises(od.DumpError, match=message):
+            od.acceptance_interval(bad, rows, 2, step_ids=[7, 8, 9])
+        with pytest.raises(od.DumpError, match=r"step 1: .*sum to 1 \+"):
+            od.topk_interval(bad, rows, 2)
+        result = od.acceptance_interval(bad, rows, 2, step_ids=[7, 8, 9], skip_bad_steps=True)
+        assert result.skipped.tolist() == [8]
+
+
+def test_rows_storing_every_token_stay_exact_despite_float32_rounding() -> None:
+    """K = V: the tail is empty by construction, whatever float32 storage does to the sum."""
+    rng = np.random.default_rng(19)
+    p_logits, q_logits = rng.normal(size=(6, 12)) * 4, rng.normal(size=(6, 12)) * 4
+    rows = []
+    for x in (p_logits, q_logits):
+        full = od.TopKRows.from_logits(x, 12)  # lse from float64; logits rounded below
+        rows.append(od.TopKRows(full.ids, full.logits.astype(np.float32), full.logsumexp, 12))
+    result = od.acceptance_interval(*rows, 3)
+    assert np.all(result.exact)
+    p, q = scipy_softmax(p_logits, 1), scipy_softmax(q_logits, 1)
+    np.testing.assert_allclose(result.lower, ob.optimal_acceptance(p, q, 3), atol=1e-5)
+    truncated = [od.TopKRows.from_logits(x, 5) for x in (p_logits, q_logits)]
+    truncated = [
+        od.TopKRows(r.ids, r.logits.astype(np.float32), r.logsumexp, 12) for r in truncated
+    ]
+    result = od.acceptance_interval(*truncated, 3)
+    full = ob.optimal_acceptance(p, q, 3)
+    assert np.all((result.lower <= full) & (full <= result.upper))
 
 
 def test_full_rows_give_a_point_interval_for_any_design(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 from scipy.stats import kstest
 
 from otbound import optimal_acceptance
-from otbound.evaluate import check_lossless, compare
+from otbound.evaluate import check_lossless, compare, skipped_cells
 from otbound.verifiers import VERIFIERS, get_verifier
 
 P4 = np.array([0.1, 0.2, 0.3, 0.4])
@@ -378,3 +378,85 @@ def test_compare_shares_the_sweep_across_n_and_falls_back_where_n_does_not_apply
     np.testing.assert_allclose(shared["alpha_star"], single["alpha_star"], rtol=0, atol=1e-13)
     assert not ((shared["step"] == 1) & (shared["n"] == 8)).any()
     assert ((shared["step"] == 0) & (shared["n"] == 8)).any()
+
+
+# -- skipped cells -----------------------------------------------------------------------------
+
+
+def test_compare_reports_every_skipped_cell_with_its_reason():
+    """Every (step, n, design, verifier) without a row is in ``skipped_cells`` with its reason,
+    and the rows and the skipped cells together make up the whole grid."""
+    rng = np.random.default_rng(31)
+    p = rng.dirichlet(np.ones(8), size=3)
+    q = rng.dirichlet(np.ones(8), size=3)
+    q[1, 3:] = 0.0  # step 1: three tokens with q > 0
+    q[1] /= q[1].sum()
+    verifiers = ["rrs", "rrs_without_replacement", "spechub", "gls"]
+    df = compare(p, q, n=(2, 4), verifiers=verifiers, trials=0)
+    skipped = skipped_cells(df)
+    assert list(skipped.columns) == ["step", "n", "design", "verifier", "reason"]
+    designs = {"rrs": "iid", "rrs_without_replacement": "without_replacement", "spechub": "hub"}
+    grid = {  # every cell: the verifiers' and one "bound" cell per design
+        (s, k, d, v)
+        for s in range(3)
+        for k in (2, 4)
+        for v, d in [*designs.items(), ("gls", "iid"), *(("bound", d) for d in designs.values())]
+    }
+    rows = set(df[["step", "n", "design", "verifier"]].itertuples(index=False, name=None))
+    cells = set(skipped[["step", "n", "design", "verifier"]].itertuples(index=False, name=None))
+    assert rows.isdisjoint(cells) and rows | cells == grid
+    reason = {cell[:4]: cell[4] for cell in skipped.itertuples(index=False, name=None)}
+    support = "n larger than the support of q"
+    assert reason[1, 4, "without_replacement", "bound"] == support
+    assert reason[1, 4, "without_replacement", "rrs_without_replacement"] == support
+    assert (
+        reason[0, 4, "hub", "spechub"]
+        == reason[0, 4, "hub", "bound"]
+        == "design defined for n=2 only"
+    )
+    assert reason[2, 2, "iid", "gls"] == "no exact acceptance and no Monte Carlo trials"
+    assert len(skipped) == len(grid) - len(df)
+    # a verifier outside its own limits (optimal enumerates V^n draft tuples)
+    big = rng.dirichlet(np.ones(100))
+    table = compare(big, big[::-1], n=4, verifiers=["optimal"], trials=0)
+    assert skipped_cells(table).reason.tolist() == ["the verifier does not apply"]
+
+
+def test_compare_without_skips_has_an_empty_skipped_table_and_tables_concatenate():
+    a = compare(P4, Q4, n=2, verifiers=["rrs"], trials=0)
+    b = compare(P4, Q4, n=4, verifiers=["rrs", "spechub"], trials=0)
+    assert skipped_cells(a).empty and list(skipped_cells(a).columns)[-1] == "reason"
+    assert len(skipped_cells(b)) == 2  # spechub and the hub bound at n = 4
+    both = pd.concat([a, b], ignore_index=True)  # the records do not stop a concatenation
+    assert len(both) == len(a) + len(b)
+    assert skipped_cells(b[b.verifier == "rrs"]).equals(skipped_cells(b))
+
+
+def test_compare_raises_errors_of_the_bound_instead_of_dropping_rows():
+    """A ValueError inside the bound (a NaN in a sweep, a clipping check) is a bug signal:
+    it propagates; only the documented not-applicable cells are skipped."""
+
+    def broken(p, q, n, design):
+        raise ValueError("the sweep produced NaN")
+
+    with pytest.raises(ValueError, match="the sweep produced NaN"):
+        compare(P4, Q4, n=2, verifiers=["rrs"], trials=0, bound=broken)
+
+    def nan_for_one_step(p, q, n, design):
+        out = np.atleast_1d(np.asarray(optimal_acceptance(p, q, n, design), dtype=float))
+        out[0] = np.nan
+        return out
+
+    with pytest.raises(ValueError, match="NaN"):
+        compare(P4, Q4, n=2, verifiers=["rrs"], trials=0, bound=nan_for_one_step)
+
+
+def test_compare_raises_errors_of_the_shared_sweep(monkeypatch):
+    import otbound.evaluate as evaluate
+
+    def broken(p, q, counts, design):
+        raise ValueError("NaN in the shared sweep")
+
+    monkeypatch.setattr(evaluate, "optimal_acceptance_by_n", broken)
+    with pytest.raises(ValueError, match="NaN in the shared sweep"):
+        compare(P4, Q4, n=(2, 3), verifiers=["rrs_without_replacement"], trials=0)

@@ -6,15 +6,31 @@ tagged ``parameters``. The dump is the sample in ``data/sample`` when it exists,
 built with ``dump_factory`` (``OTBOUND_SAMPLE`` tells the notebooks where it is). A cell that
 raises fails the test (``CellExecutionError`` names the cell and shows the traceback).
 
+A notebook must also show the right numbers, not only print its sentences: after the last cell
+the test pickles what the notebook computed (:data:`EXPORTS`) and checks it (:data:`CHECKS`)
+against the library and against each other: ``α*`` equal to :func:`otbound.optimal_acceptance`
+on the same rows to 1e-12, never falling as ``n`` grows, above every lossless verifier's exact
+acceptance; the printed lines rebuilt from the per-step table; tokens per call equal to the mean
+over the calls, the prediction at most the bound, the prediction from the dump equal to its
+formula.
+
 Skipped when the notebooks extra is not installed (``pip install -e ".[notebooks]"``).
 """
 
 from __future__ import annotations
 
+import pickle
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 from dump_factory import write_dump
+
+import otbound as ob
 
 nbformat = pytest.importorskip(
     "nbformat", reason='executing the notebooks needs pip install -e ".[notebooks]"'
@@ -57,7 +73,8 @@ SMALL: dict[str, dict[str, object]] = {
     },
 }
 
-#: Text a notebook's outputs must contain (the facts it is there to show).
+#: Text a notebook's outputs must contain (labels of the facts it shows; the values themselves
+#: are checked by :data:`CHECKS`).
 EXPECTED: dict[str, tuple[str, ...]] = {
     # α* per design and n (by hand, then on the dump), the run's files, the verifiers against it
     "01_quickstart": ("0.9929", "files written: steps.parquet", "α* from", "best verifier"),
@@ -65,8 +82,48 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "02_validate_a_new_verifier": ("passed at significance", "FAILED at significance"),
     # sequential vs conditional Poisson: their set laws and bounds differ
     "03_anatomy_of_the_bound": ("0.5143", "0.4839", "0.99286", "1.00000"),
-    # how α* and the gaps move from the coldest to the hottest temperature
-    "04_temperature_and_drafts": ("α* rises by more than 0.01", "gap rises by more than 0.01"),
+}
+
+#: What the test reads from a notebook's namespace after it ran: name -> expression there.
+EXPORTS: dict[str, dict[str, str]] = {
+    "01_quickstart": {"dump": "str(DUMP)", "steps": "steps", "summary": "summary"},
+    "02_validate_a_new_verifier": {
+        "p": "p",
+        "q": "q",
+        "n": "N",
+        "passed": "check.passed",
+        "mine": "mine.acceptance(p, q, N)",
+        "alpha_star": "alpha_star",
+        "lossy": "{name: c.passed for name, c in lossy.items()}",
+        "rows": "rows",
+        "P": "P",
+        "Q": "Q",
+    },
+    "03_anatomy_of_the_bound": {
+        "p": "p",
+        "q": "q",
+        "n": "N",
+        "primal": "primal.acceptance",
+        "dual": "dual.acceptance",
+        "H": "H",
+        "alpha": "alpha",
+        "p50": "p50",
+        "qd": "qd",
+        "star": "star",
+    },
+    "04_temperature_and_drafts": {
+        "dump": "str(DUMP)",
+        "steps": "steps",
+        "summary": "summary",
+        "change": "{what: delta.to_dict() for what, delta in change.items()}",
+    },
+    "05_draft_trees": {
+        "steps": "result.steps",
+        "summary": "summary",
+        "side": "side",
+        "table": "table",
+        "branching": "branching",
+    },
 }
 
 
@@ -96,10 +153,196 @@ def _outputs_text(nb) -> str:
     return "\n".join(parts)
 
 
+def _export_cell(stem: str, path: Path) -> str:
+    """A cell that pickles :data:`EXPORTS` ``[stem]``, evaluated in the notebook's namespace."""
+    items = ", ".join(f"{name!r}: {expr}" for name, expr in EXPORTS[stem].items())
+    return (
+        "import pickle as _pickle\n"
+        f"with open({str(path)!r}, 'wb') as _file:\n"
+        f"    _pickle.dump({{{items}}}, _file)"
+    )
+
+
+def _check_steps_table(steps: pd.DataFrame, dump: str) -> None:
+    """A ``steps.parquet`` of a run: α* is the library's on the dump's rows, grows with n, and
+    bounds every exact verifier's acceptance at every step."""
+    bound = steps[steps["verifier"] == "bound"]
+    # α* at every step equals optimal_acceptance on the same rows (first shard, each temperature)
+    shard = ob.open_dump(dump).read_shard(0)
+    checked = 0
+    for t, rows in bound.groupby("temperature"):
+        dist = shard.distributions(temperature=float(t))
+        where = {int(s): i for i, s in enumerate(dist.step)}
+        for row in rows[rows["step"].isin(list(where)[:4])].itertuples():
+            i = where[int(row.step)]
+            expected = ob.optimal_acceptance(
+                dist.target[i], dist.draft[i], n=int(row.n), design=row.design
+            )
+            assert abs(row.alpha_star - expected) <= 1e-12, (row, expected)
+            checked += 1
+    assert checked >= 4 * bound["temperature"].nunique()
+    # α* cannot fall when a draft is added, for any design
+    keys = ["step", "temperature", "design"]
+    for _, part in bound.sort_values("n").groupby(keys):
+        assert np.all(np.diff(part["alpha_star"].to_numpy()) >= -1e-12), part
+    # no lossless verifier beats its design's bound (exact rows: no Monte Carlo noise)
+    exact = steps[(steps["verifier"] != "bound") & steps["exact"]]
+    assert len(exact) > 0
+    over = exact[exact["acceptance"] > exact["alpha_star"] + 1e-9]
+    assert over.empty, over
+    star = bound.set_index([*keys, "n"])["alpha_star"]
+    joined = exact.join(star.rename("bound_row"), on=[*keys, "n"])
+    assert np.allclose(joined["alpha_star"], joined["bound_row"], rtol=0, atol=1e-12)
+
+
+def _check_01(facts: dict, text: str) -> None:
+    steps, summary = facts["steps"], facts["summary"]
+    _check_steps_table(steps, facts["dump"])
+    # the headline line per n: the best verifier and the spread of α*, from the steps table
+    for n, part in steps.groupby("n"):
+        bound = part[part["verifier"] == "bound"].groupby("design")["alpha_star"].mean()
+        mean = part[part["verifier"] != "bound"].groupby("verifier")["acceptance"].mean()
+        assert np.allclose(
+            summary[(summary["n"] == n) & (summary["verifier"] == "bound")]
+            .set_index("design")["alpha_star"]
+            .sort_index(),
+            bound.sort_index(),
+            rtol=0,
+            atol=1e-12,
+        )
+        line = (
+            f"n = {n}: α* from {bound.min():.3f} ({bound.idxmin()}) to {bound.max():.3f} "
+            f"({bound.idxmax()}); best verifier {mean.idxmax()} at {mean.max():.3f}"
+        )
+        assert line in text, f"no {line!r} in the outputs"
+
+
+def _check_02(facts: dict, text: str) -> None:
+    p, q, n = facts["p"], facts["q"], facts["n"]
+    assert facts["passed"], "the lossless fixed-ρ K-SEQ failed the check"
+    assert facts["alpha_star"] == pytest.approx(ob.optimal_acceptance(p, q, n=n), abs=1e-12)
+    assert facts["mine"] <= facts["alpha_star"] + 1e-12
+    lossy = facts["lossy"]
+    assert lossy["rrs (shipped)"] is True
+    assert [name for name, ok in lossy.items() if not ok] == ["rrs, skipping duplicates"]
+    rows = facts["rows"]
+    assert (rows["acceptance"] <= rows["alpha_star"] + 1e-9).all()
+    P, Q = facts["P"], facts["Q"]
+    for row in rows[rows["verifier"] == "kseq"].head(6).itertuples():
+        i = int(np.flatnonzero(rows["step"].unique() == row.step)[0])
+        assert row.alpha_star == pytest.approx(
+            ob.optimal_acceptance(P[i], Q[i], n=int(row.n)), abs=1e-12
+        )
+
+
+def _check_03(facts: dict, text: str) -> None:
+    p, q, n = facts["p"], facts["q"], facts["n"]
+    star = ob.optimal_acceptance(p, q, n=n)
+    assert facts["primal"] == pytest.approx(star, abs=1e-9)
+    assert facts["dual"] == pytest.approx(star, abs=1e-9)
+    H = facts["H"]
+    assert 1 + p[H].sum() - q[H].sum() ** n == pytest.approx(star, abs=1e-9)
+    alpha = facts["alpha"]
+    for design in alpha.columns:
+        for k in alpha.index:
+            expected = ob.optimal_acceptance(facts["p50"], facts["qd"], n=int(k), design=design)
+            assert alpha.loc[k, design] == pytest.approx(expected, abs=1e-12)
+    assert (alpha.diff().iloc[1:] >= -1e-12).all().all(), "α* falls with n"
+    assert facts["star"]["without_replacement"] == pytest.approx(0.992857, abs=1e-6)
+    assert facts["star"]["conditional_poisson"] == pytest.approx(1.0, abs=1e-9)
+
+
+def _check_04(facts: dict, text: str) -> None:
+    steps = facts["steps"]
+    _check_steps_table(steps, facts["dump"])
+    # the change from the coldest to the hottest temperature at the largest n, from the steps
+    top = steps[steps["n"] == steps["n"].max()]
+    cold, hot = top["temperature"].min(), top["temperature"].max()
+    change = {}
+    for what, rows, by, column in (
+        ("α*", top[top["verifier"] == "bound"], "design", "alpha_star"),
+        ("gap", top[top["verifier"] != "bound"], "verifier", "gap"),
+    ):
+        mean = rows.groupby(["temperature", by])[column].mean()
+        change[what] = (mean.loc[hot] - mean.loc[cold]).sort_index()
+        shown = pd.Series(facts["change"][what]).sort_index()
+        assert np.allclose(shown, change[what], rtol=0, atol=1e-12), (what, shown, change[what])
+        for verb, picked in (("rises", change[what] > 0.01), ("falls", change[what] < -0.01)):
+            names = ", ".join(change[what].index[picked]) or "none"
+            line = f"  {what} {verb} by more than 0.01 for {names}"
+            assert line in text, f"no {line!r} in the outputs"
+
+
+def _check_05(facts: dict, text: str) -> None:
+    steps, summary, side = facts["steps"], facts["summary"], facts["side"]
+    assert len(steps) > 0
+    # every call appends its accepted drafts and one more token, at most depth + 1 in all
+    assert (steps["tokens"] >= 1).all() and (steps["tokens"] <= steps["depth"] + 1).all()
+    assert (steps["accepted"] <= steps["depth"]).all()
+    # a lossless verifier does not beat its design's α* at the root context (where its
+    # acceptance is exact: RRS without replacement is Monte Carlo above two drafts)
+    monte_carlo = (steps["verifier"] == "rrs_without_replacement") & (
+        steps["branching"].map(max) > 2
+    )
+    exact = steps[~monte_carlo]
+    assert (exact["root_acceptance"] <= exact["root_alpha_star"] + 1e-9).all()
+    ran = summary[summary["applicable"]]
+    assert len(ran) == steps.groupby(["verifier", "tree"]).ngroups
+    for row in ran.itertuples():
+        calls = steps[(steps["verifier"] == row.verifier) & (steps["tree"] == row.tree)]
+        assert row.calls == len(calls)
+        assert row.tokens_per_call == pytest.approx(calls["tokens"].mean(), abs=1e-12)
+        assert row.ci_low <= row.tokens_per_call <= row.ci_high
+        assert row.predicted <= row.bound + 1e-9, row
+        if row.verifier in ("greedy", "spechub"):  # optimal for their design at every node
+            assert row.predicted == pytest.approx(row.bound, abs=1e-9), row
+    # the prediction from the dump: 1 + Σ_d Π_{i ≤ d} ᾱ(b_i), ᾱ(b) the mean acceptance at n = b
+    table, branching = facts["table"], facts["branching"]
+    for row in side[side["from_dump"].notna()].itertuples():
+        rows = table[table["verifier"] == row.verifier]
+        mean = rows.groupby("n")[["acceptance", "alpha_star"]].mean()
+        factors = branching[row.tree]
+        for column, value in (("acceptance", row.from_dump), ("alpha_star", row.bound_from_dump)):
+            expected = 1 + np.cumprod([mean.loc[b, column] for b in factors]).sum()
+            assert value == pytest.approx(expected, abs=1e-12), (row, column)
+        assert row.from_dump <= row.bound_from_dump + 1e-12
+
+
+#: Checks of the values a notebook computed, against the library and each other.
+CHECKS: dict[str, Callable[[dict, str], None]] = {
+    "01_quickstart": _check_01,
+    "02_validate_a_new_verifier": _check_02,
+    "03_anatomy_of_the_bound": _check_03,
+    "04_temperature_and_drafts": _check_04,
+    "05_draft_trees": _check_05,
+}
+
+
 def test_every_notebook_has_test_sizes() -> None:
     assert NOTEBOOKS, f"no notebooks in {NOTEBOOK_DIR}"
     missing = [p.stem for p in NOTEBOOKS if p.stem not in SMALL]
     assert not missing, f"give {missing} small parameter values in SMALL, for a quick test run"
+
+
+def _collected(*args: str) -> list[str]:
+    """The node ids ``pytest --collect-only`` finds, run from the repository root as a user."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return [line for line in done.stdout.splitlines() if "::" in line]
+
+
+def test_the_documented_nbmake_command_collects_every_notebook() -> None:
+    """``pytest --nbmake notebooks/ -o addopts=""`` (the README's command) runs each notebook
+    at its default sizes, and without ``--nbmake`` nothing in ``notebooks/`` is collected."""
+    pytest.importorskip("nbmake", reason='nbmake comes with pip install -e ".[notebooks]"')
+    found = _collected("--nbmake", "notebooks/", "-o", "addopts=")
+    assert sorted(found) == [f"notebooks/{p.name}::{p.name}" for p in NOTEBOOKS]
+    assert _collected("notebooks/", "-o", "addopts=") == []
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
@@ -118,7 +361,10 @@ def test_notebook_is_saved_clean(path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs(path: Path, sample_dump: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_notebook_runs(
+    path: Path, sample_dump: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Runs at small sizes and shows what it computed: values checked by :data:`CHECKS`."""
     nb = nbformat.read(path, as_version=4)
     overrides = "\n".join(f"{k} = {v!r}" for k, v in SMALL[path.stem].items())
     nb.cells.insert(_parameters_index(nb) + 1, nbformat.v4.new_code_cell(overrides))
@@ -131,6 +377,8 @@ def test_notebook_runs(path: Path, sample_dump: Path, monkeypatch: pytest.Monkey
         kernel_name="python3",
         resources={"metadata": {"path": str(NOTEBOOK_DIR)}},
     )
+    exported = tmp_path / "facts.pickle"
+    nb.cells.append(nbformat.v4.new_code_cell(_export_cell(path.stem, exported)))
     client.execute()  # raises CellExecutionError if a cell raises
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors
@@ -139,3 +387,6 @@ def test_notebook_runs(path: Path, sample_dump: Path, monkeypatch: pytest.Monkey
     text = _outputs_text(nb)
     for expected in EXPECTED.get(path.stem, ()):
         assert expected in text, f"{path.name}: no {expected!r} in the outputs"
+    with exported.open("rb") as file:
+        facts = pickle.load(file)
+    CHECKS[path.stem](facts, text)

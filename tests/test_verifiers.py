@@ -634,17 +634,12 @@ def test_gls_lower_bound():
                 assert bound == pytest.approx(v.acceptance(p, q, 1), abs=1e-12)
 
 
-def test_gls_is_fast_at_a_real_vocabulary():
-    """O(n log V) per trial: 20,000 trials at V = 32,000, n = 4 in well under a few seconds."""
-    import time
-
+def test_gls_runs_at_a_real_vocabulary():
+    """20,000 trials at V = 32,000, n = 4 (its speed: benchmarks/bench_verifiers.py)."""
     rng = np.random.default_rng(0)
     p, q = rng.dirichlet(np.full(32_000, 0.05)), rng.dirichlet(np.full(32_000, 0.05))
-    v = get_verifier("gls")
-    v.simulate(p[:10] / p[:10].sum(), q[:10] / q[:10].sum(), 4, trials=10, seed=0)  # compile
-    start = time.perf_counter()
-    sim = v.simulate(p, q, 4, trials=20_000, seed=0)
-    assert time.perf_counter() - start < 5.0
+    sim = get_verifier("gls").simulate(p, q, 4, trials=20_000, seed=0)
+    assert sim.tokens.shape == (20_000,) and sim.drafts.shape == (20_000, 4)
     assert 0.0 < sim.acceptance <= optimal_acceptance(p, q, 4) + 0.02
 
 

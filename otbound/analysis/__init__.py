@@ -32,12 +32,19 @@ from otbound.analysis._config import (
 from otbound.analysis._runner import (
     HISTOGRAM_FILE,
     RUN_FILE,
+    SKIPPED_FILE,
     STEPS_FILE,
     SUMMARY_FILE,
+    AnalysisError,
     RunResult,
     run_analysis,
 )
-from otbound.analysis._shard import STEP_COLUMNS, ShardOutcome, analyse_shard
+from otbound.analysis._shard import (
+    SKIPPED_CELL_COLUMNS,
+    STEP_COLUMNS,
+    ShardOutcome,
+    analyse_shard,
+)
 from otbound.analysis._summary import SUMMARY_COLUMNS, gap_histogram, summarise
 
 __all__ = [
@@ -47,11 +54,14 @@ __all__ = [
     "HISTOGRAM_FILE",
     "OPT_IN_VERIFIERS",
     "RUN_FILE",
+    "SKIPPED_CELL_COLUMNS",
+    "SKIPPED_FILE",
     "STEPS_FILE",
     "STEP_COLUMNS",
     "SUMMARY_COLUMNS",
     "SUMMARY_FILE",
     "AnalysisConfig",
+    "AnalysisError",
     "RunResult",
     "ShardOutcome",
     "analyse_shard",

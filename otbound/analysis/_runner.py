@@ -10,8 +10,9 @@ import json
 import multiprocessing
 import os
 import sys
+import traceback
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,12 @@ from tqdm.auto import tqdm
 
 from otbound._files import atomic_output, write_json
 from otbound.analysis._config import AnalysisConfig
-from otbound.analysis._shard import ShardOutcome, analyse_shard
+from otbound.analysis._shard import (
+    SKIPPED_CELL_COLUMNS,
+    ShardOutcome,
+    analyse_shard,
+    concat_typed,
+)
 from otbound.analysis._summary import (
     cluster_sums,
     fold_cluster_sums,
@@ -33,7 +39,7 @@ from otbound.analysis._summary import (
     merge_histograms,
     summarise_clusters,
 )
-from otbound.dumps import Dump, ShardInfo
+from otbound.dumps import Dump, DumpError, ShardInfo
 
 #: Files a completed run leaves in its output directory (figures come beside them).
 RUN_FILE = "run.json"
@@ -41,13 +47,41 @@ STEPS_FILE = "steps.parquet"
 SUMMARY_FILE = "summary.csv"
 SUMMARY_PARQUET = "summary.parquet"
 HISTOGRAM_FILE = "gap_histogram.csv"
+#: The (step, temperature, n, design, verifier) cells without a row, with the reason.
+SKIPPED_FILE = "skipped.csv"
+SKIPPED_PARQUET = "skipped.parquet"
 #: Per-shard results, kept so that ``resume`` can skip finished shards.
 SHARD_DIR = "shards"
 
-_FINAL_FILES = (STEPS_FILE, SUMMARY_FILE, SUMMARY_PARQUET, HISTOGRAM_FILE)
+_FINAL_FILES = (
+    STEPS_FILE,
+    SUMMARY_FILE,
+    SUMMARY_PARQUET,
+    HISTOGRAM_FILE,
+    SKIPPED_FILE,
+    SKIPPED_PARQUET,
+)
 
 #: Shard results kept in memory as per-prompt sums before they are folded together.
 _FOLD_EVERY = 16
+
+
+class AnalysisError(RuntimeError):
+    """A shard's analysis failed for another reason than a bad dump: a bug in otbound, a
+    verifier or a bound. The run stops; the traceback is kept in ``run.json``.
+
+    Attributes
+    ----------
+    shard : str
+        The shard being analysed.
+    traceback : str
+        The formatted traceback (a worker process's included).
+    """
+
+    def __init__(self, message: str, shard: str, traceback: str) -> None:
+        super().__init__(message)
+        self.shard = shard
+        self.traceback = traceback
 
 
 @dataclass
@@ -63,13 +97,19 @@ class RunResult:
     skipped : numpy.ndarray of int64
         Global ids of bad steps dropped (``skip_bad_steps``).
     failures : dict of str to str
-        Shards that could not be analysed, with the reason; empty when all succeeded.
+        Shards of the dump that could not be read or processed (a
+        :class:`~otbound.dumps.DumpError`), with the reason; empty when all succeeded.
     resumed : int
         Shards whose results were taken from an earlier run (``resume=True``).
     summary : pandas.DataFrame or None
         The summary table (None when a shard failed: no final output is written then).
     files : list of pathlib.Path
         The final files written (tables and figures).
+    cells : int
+        The (step, temperature, n, design, verifier) cells of the run: rows and skipped cells.
+    skipped_cells : pandas.DataFrame or None
+        The cells without a row, with the reason (``skipped.csv``; see
+        :func:`otbound.evaluate.skipped_cells`).
     """
 
     out: Path
@@ -79,6 +119,8 @@ class RunResult:
     resumed: int = 0
     summary: pd.DataFrame | None = None
     files: list[Path] = field(default_factory=list)
+    cells: int = 0
+    skipped_cells: pd.DataFrame | None = None
 
     @property
     def ok(self) -> bool:
@@ -104,8 +146,14 @@ class _ShardStore:
         self.directory = out / SHARD_DIR
         self.run_key = run_key
 
-    def _paths(self, shard_id: str) -> tuple[Path, Path]:
-        return self.directory / f"{shard_id}.parquet", self.directory / f"{shard_id}.json"
+    def _paths(self, shard_id: str) -> tuple[Path, Path, Path]:
+        """The shard's rows, skipped cells and marker."""
+        base = self.directory / shard_id
+        return (
+            base.with_name(f"{shard_id}.parquet"),
+            base.with_name(f"{shard_id}.skipped.parquet"),
+            base.with_name(f"{shard_id}.json"),
+        )
 
     def clear(self) -> None:
         if self.directory.is_dir():
@@ -115,20 +163,22 @@ class _ShardStore:
 
     def marker(self, shard_id: str) -> dict[str, Any] | None:
         """The finished shard's record, or None if it is not finished for this run."""
-        table, marker = self._paths(shard_id)
+        table, cells, marker = self._paths(shard_id)
         try:
             record = json.loads(marker.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
-        if record.get("run_key") != self.run_key or not table.is_file():
+        if record.get("run_key") != self.run_key or not (table.is_file() and cells.is_file()):
             return None
         return record
 
     def save(self, outcome: ShardOutcome) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        table, marker = self._paths(outcome.shard_id)
+        table, cells, marker = self._paths(outcome.shard_id)
         with atomic_output(table) as tmp:
             outcome.rows.to_parquet(tmp, index=False)
+        with atomic_output(cells) as tmp:
+            outcome.skipped_cells.to_parquet(tmp, index=False)
         write_json(
             marker,
             {
@@ -142,6 +192,9 @@ class _ShardStore:
     def rows(self, shard_id: str) -> pd.DataFrame:
         return pd.read_parquet(self._paths(shard_id)[0])
 
+    def skipped_cells(self, shard_id: str) -> pd.DataFrame:
+        return pd.read_parquet(self._paths(shard_id)[1])
+
 
 def _single_threaded() -> None:
     """Worker start-up: one numba thread per process (the processes share the cores)."""
@@ -153,17 +206,17 @@ def _single_threaded() -> None:
 
 def _in_process(
     dump: Dump, pending: list[int], config: AnalysisConfig, bar: tqdm
-) -> Iterator[tuple[int, ShardOutcome | Exception]]:
+) -> Generator[tuple[int, ShardOutcome | Exception], None, None]:
     for index in pending:
         try:
             yield index, analyse_shard(dump, index, config, bar.update)
-        except Exception as exc:  # a failed shard is reported; the others go on
+        except Exception as exc:  # to the caller: a DumpError is a bad shard, else a bug
             yield index, exc
 
 
 def _in_processes(
     dump: Dump, pending: list[int], config: AnalysisConfig, jobs: int
-) -> Iterator[tuple[int, ShardOutcome | Exception]]:
+) -> Generator[tuple[int, ShardOutcome | Exception], None, None]:
     context = multiprocessing.get_context("spawn")
     pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=_single_threaded)
     try:
@@ -177,7 +230,7 @@ def _in_processes(
 
 def _on_dask(
     dump: Dump, pending: list[int], config: AnalysisConfig, address: str
-) -> Iterator[tuple[int, ShardOutcome | Exception]]:
+) -> Generator[tuple[int, ShardOutcome | Exception], None, None]:
     try:
         from distributed import Client
         from distributed import as_completed as dask_completed
@@ -213,10 +266,12 @@ def _describe(exc: BaseException) -> str:
 
 def _assemble(
     store: _ShardStore, shards: list[ShardInfo], out: Path, level: float
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Stream the shard tables into ``steps.parquet``; the summary and the gap histogram."""
+) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    """Stream the shard tables into ``steps.parquet``; the summary, the gap histogram and the
+    number of rows."""
     sums: list[pd.DataFrame] = []
     histograms: list[pd.DataFrame] = []
+    count = 0
     with atomic_output(out / STEPS_FILE) as tmp:
         writer: pq.ParquetWriter | None = None
         try:
@@ -226,6 +281,7 @@ def _assemble(
                 if writer is None:
                     writer = pq.ParquetWriter(tmp, table.schema)
                 writer.write_table(table)
+                count += len(rows)
                 sums.append(cluster_sums(rows))
                 histograms.append(gap_histogram(rows))
                 if len(sums) >= _FOLD_EVERY:
@@ -236,7 +292,38 @@ def _assemble(
         if writer is None:
             pd.DataFrame().to_parquet(tmp)
     summary = summarise_clusters(fold_cluster_sums(sums), level)
-    return summary, merge_histograms(histograms)
+    return summary, merge_histograms(histograms), count
+
+
+def _write_skipped_cells(store: _ShardStore, shards: list[ShardInfo], out: Path) -> pd.DataFrame:
+    """The shards' skipped cells, written to ``skipped.csv`` and ``skipped.parquet``."""
+    parts = [store.skipped_cells(info.id) for info in shards]
+    cells = concat_typed(parts, SKIPPED_CELL_COLUMNS)
+    with atomic_output(out / SKIPPED_FILE) as tmp:
+        cells.to_csv(tmp, index=False)
+    with atomic_output(out / SKIPPED_PARQUET) as tmp:
+        cells.to_parquet(tmp, index=False)
+    return cells
+
+
+def _bug(exc: BaseException, shard: str, run_file: Path, record: dict[str, Any]) -> AnalysisError:
+    """Record an error that is not a bad dump in ``run.json``; the exception to raise."""
+    text = "".join(traceback.format_exception(exc))
+    write_json(
+        run_file,
+        {
+            **record,
+            "complete": False,
+            "error": {"shard": shard, "exception": _describe(exc), "traceback": text},
+        },
+    )
+    return AnalysisError(
+        f"the analysis of {shard} failed ({type(exc).__name__}: {' '.join(str(exc).split())}): "
+        "an error in otbound, a verifier or a bound, not a bad dump; the run stopped and the "
+        f"traceback is in {RUN_FILE}",
+        shard,
+        text,
+    )
 
 
 def run_analysis(
@@ -262,12 +349,16 @@ def run_analysis(
     the shards finished by an earlier run with the same dump and settings are not redone.
 
     When every shard succeeded, ``out`` gets ``steps.parquet`` (one row per step ×
-    temperature × n × design × verifier), ``summary.csv`` and ``summary.parquet``
-    (:func:`otbound.analysis.summarise`), ``gap_histogram.csv`` and the figures of
-    :func:`otbound.plots.save_run_figures`; ``run.json`` records the settings and what was
-    done. When a shard fails (corrupt, truncated, bad steps), the others are still analysed
-    and saved, no final file is written, and the failures are returned: fix the dump and run
-    again with ``resume=True``. Every file is written to a temporary name and renamed.
+    temperature × n × design × verifier), ``skipped.csv`` and ``skipped.parquet`` (the cells
+    without a row, with the reason: :func:`otbound.evaluate.skipped_cells`), ``summary.csv``
+    and ``summary.parquet`` (:func:`otbound.analysis.summarise`), ``gap_histogram.csv`` and
+    the figures of :func:`otbound.plots.save_run_figures`; ``run.json`` records the settings,
+    the otbound version and what was done (the skipped cells counted by reason). When a shard
+    of the dump is bad (a :class:`~otbound.dumps.DumpError`: corrupt, truncated, bad steps),
+    the others are still analysed and saved, no final file is written, and the failures are
+    returned: fix the dump and run again with ``resume=True``. Any other error is a bug: the
+    run stops at once with :class:`AnalysisError`, its traceback in ``run.json``. Every file
+    is written to a temporary name and renamed.
 
     Parameters
     ----------
@@ -281,8 +372,8 @@ def run_analysis(
     dask : str, optional
         Address of a dask.distributed scheduler (``tcp://host:port``) to run the shards on.
     resume : bool, default False
-        Keep the shard results of an earlier run into ``out``; refused if its dump or
-        settings differ.
+        Keep the shard results of an earlier run into ``out``; refused if its dump, its
+        otbound version or its settings differ.
     progress : bool, default True
         Show a tqdm progress bar over the steps (on stderr).
     level : float, default 0.95
@@ -295,6 +386,13 @@ def run_analysis(
     Returns
     -------
     RunResult
+
+    Raises
+    ------
+    AnalysisError
+        A shard's analysis failed with anything but a :class:`~otbound.dumps.DumpError`.
+    ValueError
+        Bad arguments, or a resume refused (one line naming what changed).
     """
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be an integer >= 1, got {jobs!r}")
@@ -306,8 +404,10 @@ def run_analysis(
         "dump_fingerprint": dump_fingerprint(dump),
         "config": config.to_dict(),
     }
-    run_key = hashlib.sha256(
-        json.dumps([record["dump_fingerprint"], record["config"]], sort_keys=True).encode()
+    run_key = hashlib.sha256(  # a resumed run never mixes dumps, settings or versions
+        json.dumps(
+            [record["dump_fingerprint"], record["config"], record["otbound"]], sort_keys=True
+        ).encode()
     ).hexdigest()[:16]
     store = _ShardStore(out, run_key)
     if resume:
@@ -346,9 +446,12 @@ def run_analysis(
             outcomes = _in_process(dump, pending, config, bar)
         for index, outcome in outcomes:
             info = dump.shards[index]
-            if isinstance(outcome, Exception):
+            if isinstance(outcome, DumpError):  # a bad shard: the others go on
                 failures[info.id] = _describe(outcome)
                 continue
+            if isinstance(outcome, Exception):  # a bug: stop (the workers are shut down)
+                outcomes.close()
+                raise _bug(outcome, info.id, out / RUN_FILE, {**record, "run_key": run_key})
             store.save(outcome)
             skipped.append(outcome.skipped)
             if dask is not None or jobs > 1:
@@ -368,7 +471,9 @@ def run_analysis(
             {**record, "run_key": run_key, "complete": False, "failures": result.failures},
         )
         return result
-    summary, histogram = _assemble(store, shards, out, level)
+    summary, histogram, rows = _assemble(store, shards, out, level)
+    result.skipped_cells = _write_skipped_cells(store, shards, out)
+    result.cells = rows + len(result.skipped_cells)
     with atomic_output(out / SUMMARY_FILE) as tmp:
         summary.to_csv(tmp, index=False)
     with atomic_output(out / SUMMARY_PARQUET) as tmp:
@@ -390,6 +495,11 @@ def run_analysis(
             "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "steps": result.steps,
             "skipped_steps": result.skipped.tolist(),
+            "skipped_cells": {
+                "cells": result.cells,
+                "skipped": len(result.skipped_cells),
+                "by_reason": result.skipped_cells["reason"].value_counts().to_dict(),
+            },
             "files": [p.name for p in result.files],
         },
     )
@@ -403,7 +513,8 @@ def _version() -> str:
 
 
 def _check_resumable(run_file: Path, record: dict[str, Any]) -> None:
-    """Refuse to resume into a directory whose run used another dump or other settings."""
+    """Refuse to resume into a directory whose run used another dump, another version of
+    otbound or other settings."""
     try:
         earlier = json.loads(run_file.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -415,6 +526,12 @@ def _check_resumable(run_file: Path, record: dict[str, Any]) -> None:
             f"cannot resume: {run_file.parent} holds a run on another dump "
             f"({earlier.get('dump')}); choose another output directory or drop the resume "
             "option"
+        )
+    if earlier.get("otbound") != record["otbound"]:
+        raise ValueError(
+            f"cannot resume: the run in {run_file.parent} was made by otbound "
+            f"{earlier.get('otbound')}, this is otbound {record['otbound']} (the rows of two "
+            "versions would mix); choose another output directory or drop the resume option"
         )
     before, now = earlier.get("config", {}), record["config"]
     changed = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))

@@ -12,7 +12,7 @@ import pandas as pd
 from otbound.analysis._config import AnalysisConfig
 from otbound.analysis._device import bound_on
 from otbound.dumps import Dump, ShardData, acceptance_interval, prepare_distributions
-from otbound.evaluate import COMPARE_COLUMNS, compare
+from otbound.evaluate import COMPARE_COLUMNS, SKIPPED_COLUMNS, compare, skipped_cells
 
 #: Columns of the per-step table: the step's metadata, the temperature, :func:`compare`'s
 #: columns, and the ends of the certified interval of ``α*`` (equal to it for full rows).
@@ -26,6 +26,10 @@ STEP_COLUMNS: tuple[str, ...] = (
     "alpha_star_lower",
     "alpha_star_upper",
 )
+
+#: Columns of the table of skipped cells: :func:`otbound.evaluate.skipped_cells`' columns with
+#: the temperature after the step.
+SKIPPED_CELL_COLUMNS: tuple[str, ...] = ("step", "temperature", *SKIPPED_COLUMNS[1:])
 
 _DTYPES = {
     "step": "int64",
@@ -46,6 +50,7 @@ _DTYPES = {
     "gap": "float64",
     "ratio": "float64",
     "trials": "int64",
+    "reason": "string",
 }
 
 
@@ -62,23 +67,34 @@ class ShardOutcome:
         The per-step table (columns :data:`STEP_COLUMNS`).
     skipped : numpy.ndarray of int64
         Global ids of the bad steps dropped (``skip_bad_steps``).
+    skipped_cells : pandas.DataFrame
+        The (step, temperature, n, design, verifier) cells without a row, with the reason
+        (columns :data:`SKIPPED_CELL_COLUMNS`; see :func:`otbound.evaluate.skipped_cells`).
     """
 
     shard_id: str
     steps: int
     rows: pd.DataFrame
     skipped: np.ndarray
+    skipped_cells: pd.DataFrame
 
 
-def empty_steps() -> pd.DataFrame:
-    """An empty per-step table with the right columns and dtypes."""
-    return pd.DataFrame({c: pd.Series(dtype=_DTYPES[c]) for c in STEP_COLUMNS})
+def empty_steps(columns: tuple[str, ...] = STEP_COLUMNS) -> pd.DataFrame:
+    """An empty per-step table (or table of skipped cells) with the right columns and dtypes."""
+    return pd.DataFrame({c: pd.Series(dtype=_DTYPES[c]) for c in columns})
+
+
+def concat_typed(frames: list[pd.DataFrame], columns: tuple[str, ...]) -> pd.DataFrame:
+    """``frames`` concatenated, with ``columns`` in order and their dtypes."""
+    table = pd.concat([empty_steps(columns), *frames], ignore_index=True)
+    return table[list(columns)].astype({c: _DTYPES[c] for c in columns})
 
 
 def _full_rows(
     data: ShardData, rows: slice, temperature: float, config: AnalysisConfig
-) -> tuple[pd.DataFrame, np.ndarray]:
-    """Exact ``α*`` and verifier rows for full-vocabulary rows."""
+) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame]:
+    """Exact ``α*`` and verifier rows for full-vocabulary rows; the bad steps dropped; the
+    cells without a row (:func:`otbound.evaluate.skipped_cells`)."""
     dist = prepare_distributions(
         data.target[rows],
         data.draft[rows],
@@ -91,7 +107,7 @@ def _full_rows(
         truncate_vocab=config.truncate_vocab,
     )
     if dist.step.size == 0:
-        return empty_steps(), dist.skipped
+        return empty_steps(), dist.skipped, empty_steps(SKIPPED_COLUMNS)
     frame = compare(
         dist.target,
         dist.draft,
@@ -103,15 +119,18 @@ def _full_rows(
         step_ids=dist.step,
         bound=bound_on(config.device),
     )
+    cells = skipped_cells(frame)
+    frame.attrs.clear()
     frame["alpha_star_lower"] = frame["alpha_star"]
     frame["alpha_star_upper"] = frame["alpha_star"]
-    return frame, dist.skipped
+    return frame, dist.skipped, cells
 
 
 def _interval_rows(
     data: ShardData, rows: slice, temperature: float, config: AnalysisConfig
-) -> tuple[pd.DataFrame, np.ndarray]:
-    """``"bound"`` rows holding the certified interval of ``α*`` for top-k rows."""
+) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame]:
+    """``"bound"`` rows holding the certified interval of ``α*`` for top-k rows (every cell
+    gets one: no skipped cells)."""
     index = np.arange(data.num_steps)[rows]
     frames, skipped = [], np.zeros(0, dtype=np.int64)
     for n in config.n:
@@ -149,7 +168,7 @@ def _interval_rows(
                     }
                 )
             )
-    return pd.concat(frames, ignore_index=True), skipped
+    return pd.concat(frames, ignore_index=True), skipped, empty_steps(SKIPPED_COLUMNS)
 
 
 def analyse_shard(
@@ -193,28 +212,28 @@ def analyse_shard(
         sizes = [info.num_steps for info in dump.shards]
         data = data.head(config.steps_per_shard(sizes)[dump.shard(shard).index])
     rows_of = _interval_rows if data.is_topk else _full_rows
-    frames, skipped = [], []
+    frames, skipped, cells = [], [], []
     with warnings.catch_warnings():
         # the vocabulary cut is announced once per run, not once per chunk
         warnings.filterwarnings("ignore", message="target and draft vocabularies differ")
         for start in range(0, data.num_steps, config.chunk_steps):
             rows = slice(start, min(start + config.chunk_steps, data.num_steps))
             for i, temperature in enumerate(config.temperatures):
-                frame, bad = rows_of(data, rows, temperature, config)
-                frame["temperature"] = temperature
-                frames.append(frame)
+                frame, bad, missing = rows_of(data, rows, temperature, config)
+                frames.append(frame.assign(temperature=temperature))
+                cells.append(missing.assign(temperature=temperature))
                 if i == 0:
                     skipped.append(bad)
             if progress is not None:
                 progress(rows.stop - rows.start)
-    table = pd.concat([empty_steps(), *frames], ignore_index=True) if frames else empty_steps()
+    table = concat_typed(frames, STEP_COLUMNS)
     meta = data.metadata.set_index("step")
     for column in ("prompt_id", "position", "token"):
         table[column] = table["step"].map(meta[column]) if column in meta else pd.NA
-    table = table[list(STEP_COLUMNS)].astype(_DTYPES)
     return ShardOutcome(
         shard_id=data.shard.id,
         steps=data.num_steps,
-        rows=table,
+        rows=table.astype({c: _DTYPES[c] for c in STEP_COLUMNS}),
         skipped=np.concatenate(skipped) if skipped else np.zeros(0, dtype=np.int64),
+        skipped_cells=concat_typed(cells, SKIPPED_CELL_COLUMNS),
     )

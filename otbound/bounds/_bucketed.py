@@ -54,8 +54,10 @@ def _kernel(p, q, n, best_out, chosen_out):  # pragma: no cover - compiled
         # best prefix at a bucket boundary: H = buckets < cut
         best = 0.0
         cut = 0
+        seen_nan = False  # a NaN never wins ``f < best``: remember it and report it
         for b in range(1, width + 1):
             f = p_cum[b] - min(c_cum[b], 1.0) ** n
+            seen_nan |= f != f
             if f < best:
                 best = f
                 cut = b
@@ -94,11 +96,12 @@ def _kernel(p, q, n, best_out, chosen_out):  # pragma: no cover - compiled
             run_p += p[row, x]
             run_q += q[row, x]
             f = run_p - min(run_q, 1.0) ** n
+            seen_nan |= f != f
             if f < best:
                 best = f
                 inner_bucket = b
                 inner_end = i
-        best_out[row] = best
+        best_out[row] = np.nan if seen_nan else best
         if inner_bucket >= 0:
             cut = inner_bucket
             for i in range(inner_end + 1):
@@ -110,7 +113,11 @@ def _kernel(p, q, n, best_out, chosen_out):  # pragma: no cover - compiled
 
 
 def iid_bucketed_sweep(p: np.ndarray, q: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(min_H [p(H) − q(H)^n], arg-min H)`` per row of ``p``, ``q`` (B, V)."""
+    """``(min_H [p(H) − q(H)^n], arg-min H)`` per row of ``p``, ``q`` (B, V).
+
+    A row where some ``p(H) − q(H)^n`` is NaN gets a NaN minimum (the caller raises), never
+    the minimum of the other values.
+    """
     best = np.zeros(p.shape[0])
     chosen = np.zeros(p.shape, dtype=bool)
     _kernel(np.ascontiguousarray(p), np.ascontiguousarray(q), n, best, chosen)

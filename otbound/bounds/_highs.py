@@ -30,6 +30,11 @@ import scipy.sparse as sp
 #: compact SpecHub LP at V = 5,000); 1e-10 is the smallest value HiGHS accepts.
 FEASIBILITY_TOLERANCE = 1e-10
 
+#: How far a value taken from an LP solution (a plan cell ``≥ 0``, a row sum ``≤`` its cap, a
+#: weight in ``[0, 1]``) may leave its range before it is an error rather than the solver's
+#: feasibility tolerance plus rounding: such excesses are clipped, larger ones raise.
+LP_SLACK = 10 * FEASIBILITY_TOLERANCE
+
 
 _banner_shown = False
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from otbound._checks import clip_rounding
 from otbound.bounds._highs import LPError, solve_lp
 from otbound.bounds.primal import SetProblem, set_problem
 from otbound.drafts import DraftDesign
@@ -148,7 +149,7 @@ def solve_dual(
             f"{ROUNDING_TOLERANCE:g})"
         )
     return DualResult(
-        acceptance=float(np.clip(value, 0.0, 1.0)),
+        acceptance=float(clip_rounding(value, 0.0, 1.0, "solve_dual: 1 + p(H) − Q(H)")),
         H=H,
         u=u,
         z=z,

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from otbound._checks import as_distribution_pair, as_num_drafts
-from otbound.bounds._highs import solve_lp
+from otbound._checks import as_distribution_pair, as_num_drafts, clip_rounding
+from otbound.bounds._highs import LP_SLACK, solve_lp
 from otbound.drafts import DraftDesign, Greedy, Hub, TopK, get_design, num_tuples
 
 #: Largest LP :func:`solve_primal` and :func:`otbound.solve_dual` build, counted before the
@@ -147,9 +147,14 @@ def set_problem(
     )
 
 
-def _shrink(x: np.ndarray, group: np.ndarray, cap: np.ndarray) -> np.ndarray:
-    """Scale the cells of every group whose sum exceeds its cap down to the cap."""
+def _shrink(x: np.ndarray, group: np.ndarray, cap: np.ndarray, what: str) -> np.ndarray:
+    """Scale the cells of every group whose sum exceeds its cap down to the cap.
+
+    An excess above :data:`otbound.bounds._highs.LP_SLACK` is not the solver's tolerance: it
+    raises (naming ``what``) instead of being scaled away.
+    """
     total = np.bincount(group, weights=x, minlength=cap.size)
+    clip_rounding(total - cap, -np.inf, 0.0, f"solve_primal: {what} minus its cap", tol=LP_SLACK)
     ratio = np.ones_like(cap)
     over = total > cap
     ratio[over] = cap[over] / total[over]
@@ -162,8 +167,9 @@ def _feasible_cells(prob: SetProblem, x: np.ndarray) -> np.ndarray:
     HiGHS meets the bounds within its tolerance (1e-10); shrinking removes that slack, so the
     plan is a valid partial coupling and its mass a lower bound on ``α*`` to rounding.
     """
-    x = _shrink(np.clip(x, 0.0, None), prob.cell_set, prob.set_probs)
-    return _shrink(x, prob.cell_token, prob.p)
+    x = clip_rounding(x, 0.0, np.inf, "solve_primal: a plan cell", tol=LP_SLACK)
+    x = _shrink(x, prob.cell_set, prob.set_probs, "a draft set's sent mass")
+    return _shrink(x, prob.cell_token, prob.p, "a token's received mass")
 
 
 @dataclass(frozen=True)
@@ -208,8 +214,8 @@ class PrimalResult:
         full plan is still ``α*``; its row sums are ``Q(S)`` and its column sums ``p(y)``.
         """
         dense = self.plan.toarray()
-        row_left = np.clip(self.set_probs - dense.sum(axis=1), 0.0, None)
-        col_left = np.clip(self.p - dense.sum(axis=0), 0.0, None)
+        row_left = clip_rounding(self.set_probs - dense.sum(axis=1), 0.0, 1.0, "Q(S) − sent")
+        col_left = clip_rounding(self.p - dense.sum(axis=0), 0.0, 1.0, "p(y) − received")
         # Both residuals carry 1 − α*; split the rounding difference so both marginals hold.
         total = 0.5 * (row_left.sum() + col_left.sum())
         if total > 0:
@@ -301,7 +307,7 @@ def solve_primal(
     cells = _feasible_cells(prob, sol.x)
     plan = sp.csr_array((cells, (prob.cell_set, prob.cell_token)), shape=(m, prob.vocab))
     return PrimalResult(
-        acceptance=float(np.clip(cells.sum(), 0.0, 1.0)),
+        acceptance=float(clip_rounding(cells.sum(), 0.0, 1.0, "solve_primal: α*")),
         sets=prob.sets,
         set_probs=prob.set_probs,
         plan=plan,

@@ -12,9 +12,9 @@ and it returns the plan); this version is for reading and cross-checking.
 from __future__ import annotations
 
 import cvxpy as cp
-import numpy as np
 
-from otbound.bounds._highs import LPError
+from otbound._checks import clip_rounding
+from otbound.bounds._highs import LP_SLACK, LPError
 from otbound.bounds.primal import set_problem
 from otbound.drafts import DraftDesign
 
@@ -63,4 +63,4 @@ def solve_primal_cvxpy(
     problem.solve(solver=cp.HIGHS, presolve="off")
     if problem.status != cp.OPTIMAL:
         raise LPError(f"solve_primal_cvxpy: cvxpy status {problem.status!r}, not optimal")
-    return float(np.clip(problem.value, 0.0, 1.0))
+    return float(clip_rounding(problem.value, 0.0, 1.0, "solve_primal_cvxpy: α*", tol=LP_SLACK))

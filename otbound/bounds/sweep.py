@@ -15,6 +15,10 @@ several orders are tried and the best ``H`` is a certified upper bound (``exact=
 
 Any ``H`` certifies the upper bound ``1 + p(H) − Q(H)``; the one found is returned with
 ``certificate=True``.
+
+A NaN in any ``p(H) − Q(H)`` raises ``ValueError`` (design, ``n``, row, prefix): compared
+with ``<`` or ``np.minimum`` it would vanish and read as ``α* = 1``. ``α*`` is clipped into
+``[0, 1]`` only where it is out by rounding (:func:`otbound._checks.clip_rounding`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from otbound._checks import as_distribution_pair, as_num_drafts, broadcast_batch
+from otbound._checks import (
+    as_distribution_pair,
+    as_num_drafts,
+    broadcast_batch,
+    clip_rounding,
+)
 from otbound.bounds._bucketed import iid_bucketed_sweep
 from otbound.drafts import IID, DraftDesign, _prefix_sums, get_design
 
@@ -63,27 +72,49 @@ def _take_sorted(x: np.ndarray, order: np.ndarray) -> np.ndarray:
     return np.take_along_axis(x, index, axis=-1)
 
 
+def _refuse_nan(gap: np.ndarray, design: DraftDesign, n: int, step: str, first_row: int) -> None:
+    """Raise ``ValueError`` if ``gap`` (B, ...) holds a NaN: compared with ``<`` or
+    ``np.minimum``, a NaN would vanish and leave ``α* = 1``."""
+    bad = np.isnan(gap)
+    if np.any(bad):
+        where = np.argwhere(bad)[0]
+        prefix = f", prefix {int(where[1])}" if where.size > 1 else ""
+        raise ValueError(
+            f"NaN in the {step} of design {design.name!r}, n={n}, at row "
+            f"{first_row + int(where[0])}{prefix}: p(H) − Q(H) must be a number"
+        )
+
+
 def _sweep(
-    p: np.ndarray, q: np.ndarray, n: int, design: DraftDesign
+    p: np.ndarray, q: np.ndarray, n: int, design: DraftDesign, first_row: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Minimum of ``p(H) − Q(H)`` over the design's prefixes, per row, and the arg-min set."""
+    """Minimum of ``p(H) − Q(H)`` over the design's prefixes, per row, and the arg-min set.
+
+    ``first_row`` is the index of the first row in the caller's batch (for error messages).
+    """
     if type(design) is IID:
-        return iid_bucketed_sweep(p, q, n)
+        gap, chosen = iid_bucketed_sweep(p, q, n)
+        _refuse_nan(gap, design, n, "bucketed sweep", first_row)
+        return gap, chosen
     closed = design.closed_form(p, q, n)
     if closed is not None:
+        _refuse_nan(closed[0], design, n, "closed form", first_row)
         return closed
-    return _sorted_sweep(p, q, n, design)
+    return _sorted_sweep(p, q, n, design, first_row)
 
 
 def _sorted_sweep(
-    p: np.ndarray, q: np.ndarray, n: int, design: DraftDesign
+    p: np.ndarray, q: np.ndarray, n: int, design: DraftDesign, first_row: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
     """The generic sweep: sort by each of the design's orders, scan the prefixes."""
     rows, vocab = p.shape
     best = np.zeros(rows)  # H = ∅ gives 0
     best_set = np.zeros((rows, vocab), dtype=bool)
     for order in design.sweep_orders(p, q, n):
-        gap = _prefix_sums(_take_sorted(p, order)) - design.prefix_mass(_take_sorted(q, order), n)
+        mass = design.prefix_mass(_take_sorted(q, order), n)
+        cum_p = _prefix_sums(_take_sorted(p, order))
+        _refuse_nan(cum_p - mass, design, n, "prefix sweep", first_row)
+        gap = cum_p - _checked_mass(mass, design, [n], first_row)
         where = np.argmin(gap, axis=-1)
         value = gap[np.arange(rows), where]
         better = value < best
@@ -141,7 +172,9 @@ def optimal_acceptance(
     ------
     ValueError
         Invalid probabilities, mismatched vocabularies, ``n < 1``, ``n`` larger than the
-        support for designs with distinct drafts, or an unknown design.
+        support for designs with distinct drafts, or an unknown design; a NaN in some
+        ``p(H) − Q(H)`` or an ``α*`` outside ``[0, 1]`` by more than rounding (a bug, named
+        with the design, ``n`` and the row).
 
     Notes
     -----
@@ -172,9 +205,9 @@ def optimal_acceptance(
     for start in range(0, p2.shape[0], step):
         rows = slice(start, start + step)
         gap[rows], chosen[rows] = _sweep(
-            np.ascontiguousarray(p2[rows]), np.ascontiguousarray(q2[rows]), n, spec
+            np.ascontiguousarray(p2[rows]), np.ascontiguousarray(q2[rows]), n, spec, start
         )
-    alpha = np.clip(1.0 + gap, 0.0, 1.0).reshape(batch)
+    alpha = _alpha_from_gap(gap, spec, [n]).reshape(batch)
     value: float | np.ndarray = float(alpha) if alpha.ndim == 0 else alpha
     if not certificate:
         return value
@@ -187,8 +220,31 @@ def optimal_acceptance(
     )
 
 
+def _checked_mass(
+    mass: np.ndarray, design: DraftDesign, counts: Sequence[int], first_row: int
+) -> np.ndarray:
+    """A design's prefix masses ``Q(H_i)``, refused outside ``[0, 1]`` beyond rounding (a
+    design that returns ``1 + 1e-9`` has a bug that clipping ``α*`` would hide)."""
+    names = ", ".join(str(n) for n in counts)
+    what = f"prefix mass Q(H) of design {design.name!r} (n={names}; rows from {first_row})"
+    return clip_rounding(mass, 0.0, 1.0, what)
+
+
+def _alpha_from_gap(gap: np.ndarray, design: DraftDesign, counts: Sequence[int]) -> np.ndarray:
+    """``α* = 1 + gap`` (..., B), clipped into ``[0, 1]`` where it is out by rounding only.
+
+    ``gap = min(0, min_H [p(H) − Q(H)]) ≥ −1`` since ``p(H) ≥ 0`` and ``Q(H) ≤ 1``.
+    """
+    names = ", ".join(str(n) for n in counts)
+    return clip_rounding(1.0 + gap, 0.0, 1.0, f"α* of design {design.name!r} (n={names})")
+
+
 def _shared_sorted_sweep(
-    p: np.ndarray, q: np.ndarray, counts: Sequence[int], design: DraftDesign
+    p: np.ndarray,
+    q: np.ndarray,
+    counts: Sequence[int],
+    design: DraftDesign,
+    first_row: int = 0,
 ) -> np.ndarray:
     """``min(0, min_i [p(H_i) − Q_n(H_i)])`` per ``n`` and row, from one sort: (len(counts), B)."""
     rows = p.shape[0]
@@ -196,7 +252,10 @@ def _shared_sorted_sweep(
     for order in design.sweep_orders(p, q, counts[0]):
         cum_p = _prefix_sums(_take_sorted(p, order))
         masses = design.prefix_masses(_take_sorted(q, order), counts)
-        best = np.minimum(best, (cum_p[None] - masses).min(axis=-1))
+        for n, mass in zip(counts, masses, strict=True):
+            _refuse_nan(cum_p - mass, design, n, "shared prefix sweep", first_row)
+        gap = cum_p[None] - _checked_mass(masses, design, counts, first_row)
+        best = np.minimum(best, gap.min(axis=-1))
     return best
 
 
@@ -233,7 +292,8 @@ def optimal_acceptance_by_n(
     ------
     ValueError
         As :func:`optimal_acceptance`, for the first ``n`` that fails (``n`` above the support
-        of some row for a distinct-draft design, ...); an empty ``counts``.
+        of some row for a distinct-draft design, ...); an empty ``counts``; a NaN in some
+        ``p(H) − Q(H)``.
 
     Examples
     --------
@@ -258,6 +318,6 @@ def optimal_acceptance_by_n(
     for start in range(0, p2.shape[0], step):
         rows = slice(start, start + step)
         gap[:, rows] = _shared_sorted_sweep(
-            np.ascontiguousarray(p2[rows]), np.ascontiguousarray(q2[rows]), ns, spec
+            np.ascontiguousarray(p2[rows]), np.ascontiguousarray(q2[rows]), ns, spec, start
         )
-    return np.clip(1.0 + gap, 0.0, 1.0).reshape(len(ns), *batch)
+    return _alpha_from_gap(gap, spec, ns).reshape(len(ns), *batch)

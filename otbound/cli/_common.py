@@ -21,7 +21,12 @@ EXIT_USAGE = 2
 
 
 class CommandError(Exception):
-    """A problem to report to the user as one line, with no traceback."""
+    """A problem to report to the user as one line, with no traceback; the command exits with
+    ``status`` (:data:`EXIT_FAILURE` unless given)."""
+
+    def __init__(self, message: str = "", status: int = EXIT_FAILURE) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -78,7 +83,7 @@ def run_command(prog: str, work: Callable[[], int]) -> int:
             if isinstance(exc, FileNotFoundError) and exc.filename and exc.strerror:
                 text = f"{exc.filename}: {exc.strerror}"
             print(f"{prog}: error: {text}", file=sys.stderr)
-            return EXIT_FAILURE
+            return exc.status if isinstance(exc, CommandError) else EXIT_FAILURE
 
 
 def parse_list(text: str, convert: Callable[[str], T], option: str) -> list[T]:

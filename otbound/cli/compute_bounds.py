@@ -4,7 +4,8 @@
 
 DUMP is an otbound dump directory or one ``.safetensors``/``.npz``/``.npy``/``.pt`` file
 (default: the sample in ``data/sample``). DIR gets ``steps.parquet``, ``summary.csv`` (and
-``.parquet``), ``gap_histogram.csv``, PNG figures and ``run.json``; a table is printed.
+``.parquet``), ``gap_histogram.csv``, ``skipped.csv`` (and ``.parquet``: the cells without a
+row, and why), PNG figures and ``run.json``; a table is printed.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ import pandas as pd
 from otbound.analysis import (
     DEFAULT_N,
     DUMP_DESIGNS,
+    SKIPPED_FILE,
     AnalysisConfig,
+    AnalysisError,
     RunResult,
     run_analysis,
 )
@@ -35,7 +38,7 @@ from otbound.cli._common import (
     run_command,
     writable_directory,
 )
-from otbound.dumps import INTERVAL_DESIGNS, Dump, describe_steps, open_dump
+from otbound.dumps import INTERVAL_DESIGNS, VALUES_CHOICES, Dump, describe_steps, open_dump
 from otbound.verifiers import VERIFIERS
 
 PROG = "compute_bounds"
@@ -129,7 +132,15 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--target-key", default=None, help="name of the target's array")
     group.add_argument("--draft-key", default=None, help="name of the draft's array")
     group.add_argument(
-        "--probs", action="store_true", default=None, help="the arrays hold probabilities"
+        "--values",
+        choices=VALUES_CHOICES,
+        default="auto",
+        help="what the full rows hold: auto (probabilities for arrays named *_probs, logits "
+        "otherwise), logits, or probs; rows read as logits that are all >= 0 and sum to 1 "
+        "are refused",
+    )
+    group.add_argument(
+        "--probs", action="store_true", default=None, help="the same as --values probs"
     )
     group.add_argument(
         "--shard-steps",
@@ -169,6 +180,7 @@ def open_input(args: argparse.Namespace) -> Dump:
         path,
         target_key=args.target_key,
         draft_key=args.draft_key,
+        values=args.values,
         probs=args.probs,
         shard_steps=_positive(args.shard_steps, "--shard-steps"),
     )
@@ -259,20 +271,37 @@ def _check_topk(dump: Dump, designs: list[str], verifiers, temperatures) -> None
         )
 
 
-def format_table(summary: pd.DataFrame) -> str:
-    """The summary as a text table: mean acceptance per (design, verifier) and n."""
+def format_table(summary: pd.DataFrame, steps: int | None = None) -> str:
+    """The summary as a text table: mean acceptance per (design, verifier) and n.
+
+    Parameters
+    ----------
+    summary : pandas.DataFrame
+        The run's summary (:func:`otbound.analysis.summarise`).
+    steps : int, optional
+        Steps analysed per temperature (default: the most steps of a cell). A cell over fewer
+        steps (cells skipped where the design or the verifier does not apply) shows its own
+        count, ``(k steps)``.
+
+    Returns
+    -------
+    str
+    """
     blocks = []
     for temperature, part in summary.groupby("temperature", sort=True):
-        cell = part.apply(_cell, axis=1)
+        total = int(part["steps"].max()) if steps is None else steps
+        cell = part.apply(_cell, axis=1) + [
+            "" if k == total else f" ({k} steps)" for k in part["steps"]
+        ]
         frame = part.assign(cell=cell, verifier=part["verifier"].replace({"bound": "α* bound"}))
         table = frame.pivot_table(
             index=["design", "verifier"], columns="n", values="cell", aggfunc="first", sort=False
         )
         table.columns = [f"n={k}" for k in table.columns]
-        steps = int(part["steps"].max())
+        fewer = "; (k steps): a cell over fewer" if (part["steps"] != total).any() else ""
         blocks.append(
-            f"temperature {temperature:g} ({steps} steps; mean acceptance ± 95% interval)\n"
-            + table.fillna("").to_string()
+            f"temperature {temperature:g} ({total} steps; mean acceptance ± 95% interval"
+            f"{fewer})\n" + table.fillna("").to_string()
         )
     return "\n\n".join(blocks)
 
@@ -292,6 +321,20 @@ def _cli_words(text: str) -> str:
     return text
 
 
+def skipped_cells_line(result: RunResult) -> str | None:
+    """One line counting the cells without a row, by reason (None when there are none)."""
+    cells = result.skipped_cells
+    if cells is None or cells.empty:
+        return None
+    reasons = ", ".join(f"{k:,} {reason}" for reason, k in cells["reason"].value_counts().items())
+    several = result.summary is not None and result.summary["temperature"].nunique() > 1
+    grid = "(step, temperature, n, design, verifier)" if several else "(step, n, design, verifier)"
+    return (
+        f"{PROG}: skipped {len(cells):,} of {result.cells:,} {grid} cells: {reasons} "
+        f"(listed in {SKIPPED_FILE})"
+    )
+
+
 def report(result: RunResult, quiet: bool) -> int:
     """Print the outcome; the exit status."""
     if result.skipped.size:
@@ -308,8 +351,11 @@ def report(result: RunResult, quiet: bool) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILURE
+    line = skipped_cells_line(result)
+    if line is not None:
+        print(line, file=sys.stderr)
     if not quiet and result.summary is not None:
-        print(format_table(result.summary))
+        print(format_table(result.summary, result.steps - result.skipped.size))
         print()
     written = ", ".join(p.name for p in result.files)
     print(f"wrote {written} to {result.out}")
@@ -338,6 +384,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         except ValueError as exc:
             raise CommandError(_cli_words(str(exc))) from None
+        except AnalysisError as exc:  # a bug, not bad input: the traceback, then one line
+            print(exc.traceback, end="", file=sys.stderr)
+            raise CommandError(str(exc)) from None
         return report(result, args.quiet)
 
     return run_command(PROG, work)

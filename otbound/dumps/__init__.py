@@ -46,10 +46,18 @@ from otbound.dumps._processing import (
     StepDistributions,
     describe_steps,
     find_bad_steps,
+    find_probability_rows,
     prepare_distributions,
+    probability_tolerance,
     to_probabilities,
 )
-from otbound.dumps._reader import SINGLE_FILE_SUFFIXES, Dump, ShardData, open_dump
+from otbound.dumps._reader import (
+    SINGLE_FILE_SUFFIXES,
+    VALUES_CHOICES,
+    Dump,
+    ShardData,
+    open_dump,
+)
 from otbound.dumps._topk import (
     INTERVAL_DESIGNS,
     AcceptanceInterval,
@@ -66,6 +74,7 @@ __all__ = [
     "FORMAT_VERSION",
     "INTERVAL_DESIGNS",
     "SINGLE_FILE_SUFFIXES",
+    "VALUES_CHOICES",
     "AcceptanceInterval",
     "Dump",
     "DumpError",
@@ -78,8 +87,10 @@ __all__ = [
     "describe_steps",
     "find_bad_steps",
     "find_bad_topk_steps",
+    "find_probability_rows",
     "open_dump",
     "prepare_distributions",
+    "probability_tolerance",
     "process_topk",
     "to_probabilities",
     "topk_interval",

@@ -40,10 +40,6 @@ MANIFEST_NAME = "manifest.json"
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 #: The per-step metadata columns every shard's table has (missing ones are null).
 METADATA_COLUMNS = ("prompt_id", "position", "token")
-#: Tail masses below this are treated as zero (float64 rounding of ``1 − Σ exp(ℓ − lse)``).
-TAIL_TOLERANCE = 1e-12
-#: Top-k probabilities may exceed one by this much (storage rounding) before a row is bad.
-TOPK_SUM_TOLERANCE = 1e-4
 
 #: The safetensors dtype code each storage dtype is written with.
 STORAGE_CODE = {"float16": "F16", "bfloat16": "U16", "float32": "F32", "float64": "F64"}
@@ -93,7 +89,9 @@ class TopKRows:
 
     The known probabilities are ``exp(ℓ_i − lse)`` and the mass on the unstored tokens (the
     tail) is ``1 − Σ_i exp(ℓ_i − lse)``; nothing else about the tail is known, except that each
-    tail token is no more likely than the least likely stored one.
+    tail token is no more likely than the least likely stored one. A tail is *empty* (known to
+    be exactly zero, not merely computed as small) only for rows that store every token
+    (``K = V``) or that ``complete`` marks.
 
     Attributes
     ----------
@@ -105,12 +103,17 @@ class TopKRows:
         ``log Σ_{x ∈ V} exp(ℓ_x)`` over the full vocabulary.
     vocab_size : int
         The full vocabulary's size ``V``.
+    complete : numpy.ndarray of bool, shape (steps,), optional
+        Rows whose tail is known to be empty: every unstored token has probability zero
+        (:meth:`from_logits` marks the rows with at most ``K`` finite logits; filtering marks
+        the rows it truncates). Rows with ``K = V`` are always complete.
     """
 
     ids: np.ndarray
     logits: np.ndarray
     logsumexp: np.ndarray
     vocab_size: int
+    complete: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         ids = np.asarray(self.ids)
@@ -129,6 +132,11 @@ class TopKRows:
         object.__setattr__(self, "logits", logits)
         object.__setattr__(self, "logsumexp", lse)
         object.__setattr__(self, "vocab_size", int(self.vocab_size))
+        given = np.zeros(ids.shape[0], bool) if self.complete is None else self.complete
+        complete = np.array(given, dtype=bool).reshape(-1)
+        if complete.shape != ids.shape[:1]:
+            raise DumpError(f"complete must have shape ({ids.shape[0]},), got {complete.shape}")
+        object.__setattr__(self, "complete", complete | (ids.shape[1] >= self.vocab_size))
 
     @classmethod
     def from_logits(cls, logits: object, k: int) -> TopKRows:
@@ -160,7 +168,8 @@ class TopKRows:
         peak = np.max(full, axis=1, keepdims=True)
         with np.errstate(invalid="ignore", over="ignore"):
             lse = (peak + np.log(np.sum(np.exp(full - peak), axis=1, keepdims=True)))[:, 0]
-        return cls(order.astype(np.int64), top, lse, full.shape[1])
+        complete = np.sum(full > -np.inf, axis=1) <= k  # every unstored logit is -inf
+        return cls(order.astype(np.int64), top, lse, full.shape[1], complete)
 
     @property
     def num_steps(self) -> int:
@@ -178,14 +187,60 @@ class TopKRows:
             return np.exp(np.asarray(self.logits, dtype=np.float64) - self.logsumexp[:, None])
 
     def tail_mass(self) -> np.ndarray:
-        """``1 − Σ exp(ℓ − lse)`` per row, clipped to ``[0, 1]``; below ``TAIL_TOLERANCE``: 0."""
+        """``1 − Σ exp(ℓ − lse)`` per row, clipped to ``[0, 1]``; exactly 0 for complete rows.
+
+        No threshold: a computed tail of ``1e-13`` is a tail of ``1e-13`` (give or take the
+        rounding bounded by :meth:`rounding_allowance`).
+        """
         tail = np.clip(1.0 - self.probabilities().sum(axis=1), 0.0, 1.0)
-        tail[tail < TAIL_TOLERANCE] = 0.0
+        tail[self.complete] = 0.0
         return tail
 
-    def take(self, rows: np.ndarray) -> TopKRows:
-        """The rows selected by an index or boolean mask."""
-        return TopKRows(self.ids[rows], self.logits[rows], self.logsumexp[rows], self.vocab_size)
+    def rounding_allowance(self) -> np.ndarray:
+        r"""A bound ``δ`` on the float error of the known probabilities, per row.
+
+        With ``u = 2⁻⁵³`` (float64), ``u_ℓ`` the unit roundoff of the stored logits' dtype
+        (``2⁻²⁴`` for float32: they may have been rounded after the logsumexp was computed),
+        ``M = max(|lse|, max_i |ℓ_i|)`` over finite values, ``K`` stored tokens and ``V`` the
+        vocabulary, each ``exp(ℓ_i − lse)`` evaluated in float64 is within a relative
+
+        .. math:: ρ = u_ℓ M + u\,(3M + 2⌈\log_2 V⌉ + 5)
+
+        of the value the full row defines (storage of ``ℓ_i``; the logsumexp's own float64
+        evaluation, ``u(M + 2⌈\log_2 V⌉ + 3)``; the subtraction, ``2uM``; ``exp``, ``2u``),
+        and their float64 sum adds ``Ku`` relative. So
+
+        .. math:: \sum_i |\hat p_i − p_i| \le δ = 2\,(ρ + Ku)\,\sum_i \hat p_i,
+
+        the factor 2 covering second-order terms (``ρ + Ku < 0.1``). It assumes the
+        logsumexp was computed in float64 from the full row, as the format requires.
+
+        Returns
+        -------
+        numpy.ndarray of float64, shape (steps,)
+        """
+        u = 2.0**-53
+        logits = np.asarray(self.logits)
+        u_logits = float(np.finfo(logits.dtype).eps) / 2 if logits.dtype.kind == "f" else u
+        with np.errstate(invalid="ignore"):
+            finite = np.where(np.isfinite(logits), np.abs(logits.astype(np.float64)), 0.0)
+        size = finite.max(axis=1, initial=0.0)
+        size = np.fmax(size, np.where(np.isfinite(self.logsumexp), np.abs(self.logsumexp), 0.0))
+        log_v = np.ceil(np.log2(max(self.vocab_size, 2)))
+        rho = u_logits * size + u * (3 * size + 2 * log_v + 5)
+        with np.errstate(invalid="ignore", over="ignore"):
+            total = self.probabilities().sum(axis=1)
+        return 2.0 * (rho + self.k * u) * np.where(np.isfinite(total), total, 0.0)
+
+    def take(self, rows: np.ndarray | slice) -> TopKRows:
+        """The rows selected by an index, slice or boolean mask."""
+        return TopKRows(
+            self.ids[rows],
+            self.logits[rows],
+            self.logsumexp[rows],
+            self.vocab_size,
+            self.complete[rows],  # type: ignore[index]
+        )
 
 
 # --------------------------------------------------------------------------------------------

@@ -96,6 +96,77 @@ def find_bad_steps(rows: object, values: str = "logits") -> np.ndarray:
     return bad
 
 
+def probability_tolerance(dtype: str, width: int) -> float:
+    r"""How far from one a row of probabilities stored in ``dtype`` may sum.
+
+    Each probability written by a softmax and stored in ``dtype`` (unit roundoff ``u``: 2⁻¹¹
+    float16, 2⁻⁸ bfloat16, 2⁻²⁴ float32, 2⁻⁵³ float64) is within ``3u`` relative of the exact
+    value (the softmax's exp and division, then storage), or within ``η``, half the smallest
+    subnormal, where it underflows. So a row of ``V`` entries sums to one within
+
+    .. math:: τ = \max(τ_0,\ 4u + Vη),
+
+    with ``τ_0 = PROBS_SUM_TOLERANCE``, the floor that puts inside every row that
+    ``values="probs"`` accepts (float16 with
+    ``V = 152064``: ``τ ≈ 6.5e-3``; bfloat16: ``1.6e-2``; float32 and float64: ``1e-3``).
+
+    Parameters
+    ----------
+    dtype : str
+        The storage dtype: numpy's name (``"float16"``, ...), ``"bfloat16"`` or a safetensors
+        code (``"F16"``, ``"BF16"``, ...).
+    width : int
+        ``V``, the entries per row.
+
+    Returns
+    -------
+    float
+    """
+    name = _DTYPE_NAMES.get(dtype, dtype)
+    if name == "bfloat16":
+        unit, tiny = 2.0**-8, 2.0**-134
+    else:
+        info = np.finfo(np.dtype(name))
+        unit, tiny = float(info.eps) / 2, float(info.smallest_subnormal) / 2
+    return max(PROBS_SUM_TOLERANCE, 4 * unit + width * tiny)
+
+
+_DTYPE_NAMES = {"F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64"}
+
+
+def find_probability_rows(rows: object, tolerance: float) -> np.ndarray:
+    """Rows that look like probabilities: every entry ``>= 0`` and a sum within ``tolerance``
+    of one (see :func:`probability_tolerance`).
+
+    Real logits are not like that: they are mostly negative, or sum far from one. Read as
+    logits, such rows would be flattened by the softmax towards uniform. Rows of one entry are
+    never flagged (their softmax is ``[1]`` either way). The check reads the rows in chunks;
+    only rows whose minimum is ``>= 0`` are summed, so real logits cost one pass of ``min``.
+
+    Parameters
+    ----------
+    rows : array_like, shape (steps, V) or (V,)
+    tolerance : float
+
+    Returns
+    -------
+    numpy.ndarray of bool, shape (steps,)
+    """
+    arr = _as_rows(rows, "rows")
+    found = np.zeros(arr.shape[0], dtype=bool)
+    if arr.shape[1] < 2:
+        return found
+    chunk = max(1, (1 << 22) // arr.shape[1])
+    for start in range(0, arr.shape[0], chunk):
+        block = np.asarray(arr[start : start + chunk])
+        with np.errstate(invalid="ignore"):
+            candidates = np.flatnonzero(block.min(axis=1) >= 0)
+        if candidates.size:
+            total = block[candidates].sum(axis=1, dtype=np.float64)
+            found[start + candidates] = np.abs(total - 1.0) <= tolerance
+    return found
+
+
 def _check_filters(temperature: float, top_k: int | None, top_p: float | None) -> None:
     if not np.isfinite(temperature) or temperature < 0:
         raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")

@@ -27,12 +27,22 @@ from otbound.dumps._format import (
     parse_storage,
     validate_manifest,
 )
-from otbound.dumps._processing import StepDistributions, prepare_distributions
+from otbound.dumps._processing import (
+    StepDistributions,
+    describe_steps,
+    find_probability_rows,
+    prepare_distributions,
+    probability_tolerance,
+)
 from otbound.dumps._safetensors import SafetensorsFile, SafetensorsFormatError
 from otbound.dumps._topk import AcceptanceInterval, acceptance_interval
 
 #: Single-file formats :func:`open_dump` reads, by suffix.
 SINGLE_FILE_SUFFIXES = (".safetensors", ".npz", ".npy", ".pt", ".pth")
+#: What ``open_dump(values=...)`` accepts: by array name, all logits, all probabilities.
+VALUES_CHOICES = ("auto", "logits", "probs")
+#: Rows of each logits array that opening a single file checks (reading a shard checks all).
+_PROBE_ROWS = 64
 
 
 @dataclass(frozen=True)
@@ -374,8 +384,9 @@ class Dump:
                     width,
                 )
         frame = self._read_metadata(info)
-        values = ("topk", "topk") if topk is not None else ("logits", "logits")
-        return ShardData(info, sides["target"], sides["draft"], values, frame)
+        data = ShardData(info, sides["target"], sides["draft"], self.values, frame)
+        names = ("target_logits", "draft_logits")
+        return _refuse_probabilities(data, str(path), names, (dtype, dtype))
 
     @staticmethod
     def _expect(
@@ -408,10 +419,48 @@ class Dump:
 # single files
 
 
-def _kind_of(key: str, probs: bool | None) -> str:
-    if probs is not None:
-        return "probs" if probs else "logits"
+def _kind_of(key: str, values: str) -> str:
+    if values != "auto":
+        return values
     return "probs" if key.lower().endswith(("probs", "probabilities")) else "logits"
+
+
+def _probability_error(where: str, name: str, steps: np.ndarray, tolerance: float) -> DumpError:
+    return DumpError(
+        f"{where}: {name} holds probabilities, not logits, at {describe_steps(steps)} (every "
+        f"entry >= 0, each row summing to 1 within {tolerance:.1g}); read as logits they would "
+        "be flattened towards uniform and every acceptance would come out near 1: declare "
+        "them with --values probs (values='probs' in open_dump)"
+    )
+
+
+def _check_rows(where: str, name: str, rows: np.ndarray, dtype: str, steps: np.ndarray) -> None:
+    """Raise :func:`_probability_error` if any of ``rows`` (logits) look like probabilities."""
+    tolerance = probability_tolerance(dtype, rows.shape[-1])
+    found = find_probability_rows(rows, tolerance)
+    if np.any(found):
+        raise _probability_error(where, name, steps[found], tolerance)
+
+
+def _refuse_probabilities(
+    data: ShardData, where: str, names: tuple[str, str], dtypes: tuple[str, str]
+) -> ShardData:
+    """``data``, once every row it holds as logits is checked not to look like probabilities.
+
+    One check for every format, as rows are read (see
+    :func:`~otbound.dumps.find_probability_rows`): a row whose entries are all ``>= 0`` and
+    sum to one within the rounding of its storage ``dtype`` is refused, even when the logits
+    were declared (``values="logits"``): read as logits it would make every acceptance
+    near 1. Genuine logits of that shape can be shifted by a constant per row (the softmax
+    does not change); probabilities are declared with ``values="probs"``.
+    """
+    for rows, kind, name, dtype in zip(
+        (data.target, data.draft), data.values, names, dtypes, strict=True
+    ):
+        if kind == "logits":
+            assert isinstance(rows, np.ndarray)
+            _check_rows(where, name, rows, dtype, data.step)
+    return data
 
 
 class _Arrays:
@@ -422,6 +471,7 @@ class _Arrays:
         self.source = source
         self._st: SafetensorsFile | None = None
         self._loaded: dict[str, np.ndarray] | None = None
+        self._dtypes: dict[str, str] = {}
         if source == "safetensors":
             try:
                 self._st = SafetensorsFile(path)
@@ -434,7 +484,7 @@ class _Arrays:
             except (OSError, ValueError, zipfile.BadZipFile) as exc:
                 raise DumpError(f"{path}: not a valid .npz file ({exc})") from exc
         elif source == "pt":
-            self._loaded = _torch_load(path)
+            self._loaded, self._dtypes = _torch_load(path)
 
     def keys(self) -> list[str]:
         if self._st is not None:
@@ -448,7 +498,8 @@ class _Arrays:
             info = self._st.info(key)
             return info.shape, info.dtype
         if self._loaded is not None:
-            return self._loaded[key].shape, str(self._loaded[key].dtype)
+            arr = self._loaded[key]
+            return arr.shape, self._dtypes.get(key, str(arr.dtype))
         header = _npz_header(self.path, key)
         if header is not None:
             return header
@@ -466,24 +517,50 @@ class _Arrays:
         except (OSError, ValueError, zipfile.BadZipFile) as exc:
             raise DumpError(f"{self.path}: cannot read array {key!r} ({exc})") from exc
 
+    def head(self, key: str, rows: int) -> np.ndarray:
+        """The first ``rows`` rows of an array as (rows, V); for .npz only they are inflated."""
+        head = None
+        if self._st is None and self._loaded is None:
+            head = _npz_member(self.path, key, rows)[1]
+        if head is None:
+            arr = self.load(key)
+            head = arr.reshape(-1, arr.shape[-1])[:rows]
+        return head
 
-def _npz_header(path: Path, key: str) -> tuple[tuple[int, ...], str] | None:
-    """Shape and dtype of one .npz member from its .npy header, without reading its data."""
+
+def _npz_member(
+    path: Path, key: str, rows: int = 0
+) -> tuple[tuple[tuple[int, ...], str] | None, np.ndarray | None]:
+    """Shape and dtype of one .npz member from its .npy header, and its first ``rows`` rows
+    (shape (rows, V)) read without the rest of its data; None for what cannot be had so."""
+    head = None
     try:
         with zipfile.ZipFile(path) as archive, archive.open(f"{key}.npy") as f:
             version = np.lib.format.read_magic(f)
             if version == (1, 0):
-                shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
             elif version == (2, 0):
-                shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
             else:
-                return None
+                return None, None
+            if rows and shape and not fortran and not dtype.hasobject:
+                width = int(shape[-1])
+                count = min(rows, int(np.prod(shape[:-1])))
+                data = f.read(count * width * dtype.itemsize)
+                if len(data) == count * width * dtype.itemsize:
+                    head = np.frombuffer(data, dtype=dtype).reshape(count, width)
     except (OSError, ValueError, KeyError, zipfile.BadZipFile):
-        return None
-    return tuple(shape), str(dtype)
+        return None, None
+    return (tuple(shape), str(dtype)), head
 
 
-def _torch_load(path: Path) -> dict[str, np.ndarray]:
+def _npz_header(path: Path, key: str) -> tuple[tuple[int, ...], str] | None:
+    """Shape and dtype of one .npz member from its .npy header, without reading its data."""
+    return _npz_member(path, key)[0]
+
+
+def _torch_load(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The tensors as numpy arrays (16-bit ones as float32) and those tensors' own dtypes."""
     try:
         import torch
     except ImportError as exc:
@@ -500,20 +577,22 @@ def _torch_load(path: Path) -> dict[str, np.ndarray]:
             f"{path}: expected a dict of tensors (torch.save({{'target_logits': ..., "
             f"'draft_logits': ...}})), got {type(obj).__name__}"
         )
-    out = {}
+    out, dtypes = {}, {}
+    half = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
     for key, value in obj.items():
         if isinstance(value, torch.Tensor):
             tensor = value.detach().cpu()
-            if tensor.dtype in (torch.bfloat16, torch.float16):
+            if tensor.dtype in half:
+                dtypes[str(key)] = half[tensor.dtype]
                 tensor = tensor.float()
             out[str(key)] = tensor.numpy()
         else:
             out[str(key)] = np.asarray(value)
-    return out
+    return out, dtypes
 
 
 def _resolve_key(
-    path: Path, found: list[str], side: str, key: str | None, probs: bool | None
+    path: Path, found: list[str], side: str, key: str | None, values: str
 ) -> tuple[str, str]:
     if key is not None:
         if key not in found:
@@ -521,10 +600,10 @@ def _resolve_key(
                 f"{path}: no array named {key!r} for the {side}; arrays found: "
                 f"{', '.join(found) or 'none'}"
             )
-        return key, _kind_of(key, probs)
+        return key, _kind_of(key, values)
     for candidate in (f"{side}_logits", f"{side}_probs"):
         if candidate in found:
-            return candidate, _kind_of(candidate, probs)
+            return candidate, _kind_of(candidate, values)
     raise DumpError(
         f"{path}: no {side}_logits or {side}_probs array; arrays found: "
         f"{', '.join(found) or 'none'}; name the arrays with target_key= and draft_key= "
@@ -540,7 +619,7 @@ def _rows_shape(path: Path, name: str, shape: tuple[int, ...]) -> tuple[int, int
     return int(np.prod(shape[:-1])), int(shape[-1])
 
 
-_FLOAT_CODES = ("F16", "BF16", "F32", "F64", "float16", "float32", "float64")
+_FLOAT_CODES = ("F16", "BF16", "F32", "F64", "float16", "bfloat16", "float32", "float64")
 
 
 def _open_single(
@@ -548,13 +627,13 @@ def _open_single(
     source: str,
     target_key: str | None,
     draft_key: str | None,
-    probs: bool | None,
+    values: str,
     shard_steps: int | None,
 ) -> Dump:
-    options = {
+    options: dict[str, Any] = {
         "target_key": target_key,
         "draft_key": draft_key,
-        "probs": probs,
+        "values": values,
         "verify": False,
     }
     if source == "npy":
@@ -574,16 +653,19 @@ def _open_single(
                 "for separate named arrays)"
             )
         steps, width = _rows_shape(path, "array", arr.shape[1:])
-        dtype = str(arr.dtype)
+        dtype = d_dtype = str(arr.dtype)
         widths = (width, width)
-        kind = _kind_of("", probs)
+        kind = _kind_of("", values)
         keys: list[str | None] = [None, None]
         kinds = [kind, kind]
+        names = ("the target (index 0)", "the draft (index 1)")
+        flat = arr.reshape(2, -1, width)
+        heads = [flat[0, :_PROBE_ROWS], flat[1, :_PROBE_ROWS]]
     else:
         arrays = _Arrays(path, source)
         found = arrays.keys()
-        t_key, t_kind = _resolve_key(path, found, "target", target_key, probs)
-        d_key, d_kind = _resolve_key(path, found, "draft", draft_key, probs)
+        t_key, t_kind = _resolve_key(path, found, "target", target_key, values)
+        d_key, d_kind = _resolve_key(path, found, "draft", draft_key, values)
         t_shape, dtype = arrays.shape_and_dtype(t_key)
         d_shape, d_dtype = arrays.shape_and_dtype(d_key)
         for key, code in ((t_key, dtype), (d_key, d_dtype)):
@@ -596,8 +678,19 @@ def _open_single(
         steps, widths = t_steps, (t_width, d_width)
         keys = [t_key, d_key]
         kinds = [t_kind, d_kind]
+        names = (t_key, d_key)
         options["metadata_keys"] = [k for k in METADATA_COLUMNS if k in found]
+        heads = [
+            arrays.head(key, _PROBE_ROWS) if kind == "logits" else None
+            for key, kind in ((t_key, t_kind), (d_key, d_kind))
+        ]
     options["keys"] = keys
+    options["names"] = names
+    options["dtypes"] = (dtype, d_dtype)
+    for head, kind, name, code in zip(heads, kinds, names, options["dtypes"], strict=True):
+        if kind == "logits":
+            assert head is not None
+            _check_rows(str(path), name, head, code, np.arange(len(head)))
     manifest = {
         "format": "single-file",
         "format_version": FORMAT_VERSION,
@@ -663,7 +756,8 @@ def _read_single(
         draft if draft.dtype.kind == "f" and draft.dtype.itemsize >= 4 else draft.astype(np.float32)
     )
     values = manifest["values"]
-    return ShardData(info, target, draft, (values[0], values[1]), _with_steps(frame, info))
+    data = ShardData(info, target, draft, (values[0], values[1]), _with_steps(frame, info))
+    return _refuse_probabilities(data, str(path), options["names"], options["dtypes"])
 
 
 # --------------------------------------------------------------------------------------------
@@ -674,6 +768,7 @@ def open_dump(
     *,
     target_key: str | None = None,
     draft_key: str | None = None,
+    values: str = "auto",
     probs: bool | None = None,
     verify: bool = True,
     shard_steps: int | None = None,
@@ -695,9 +790,19 @@ def open_dump(
         ``.npy`` and ``.safetensors`` files are memory-mapped.
     target_key, draft_key : str, optional
         Names of the arrays in a single file (defaults as above).
+    values : {"auto", "logits", "probs"}, default "auto"
+        What the full rows hold. ``"auto"``: probabilities for arrays whose name ends in
+        ``probs`` or ``probabilities``, logits otherwise (always for ``.npy`` and dump
+        directories). ``"logits"`` or ``"probs"``: every array (top-k dumps hold logits
+        only). Rows read as logits are checked as they are read (the first rows of a single
+        file already here, every row when a shard is read): a row whose entries are all
+        ``>= 0`` and sum to one within its dtype's rounding
+        (:func:`~otbound.dumps.find_probability_rows`) is a :class:`DumpError` naming
+        ``values="probs"``, also under ``values="logits"``, since read as logits it would make
+        every acceptance near 1. Genuine logits of that shape can be shifted by a constant
+        per row: the softmax does not change.
     probs : bool, optional
-        Whether a single file holds probabilities; by default inferred from the array names
-        (ending in ``probs``), logits for ``.npy``.
+        The older spelling: ``True`` is ``values="probs"``, ``False`` ``values="logits"``.
     verify : bool, default True
         Check each shard's sha256 against the manifest when it is read (the size is always
         checked).
@@ -714,9 +819,12 @@ def open_dump(
     ------
     FileNotFoundError
         Nothing at ``path``.
+    ValueError
+        An unknown ``values``, or ``probs`` contradicting it.
     DumpError
         An unreadable or invalid manifest, a directory without a manifest, an unsupported
-        file type, or missing arrays (the arrays found are listed).
+        file type, missing arrays (the arrays found are listed), or probabilities where
+        logits are expected (in the first rows of a single file).
 
     Examples
     --------
@@ -729,6 +837,7 @@ def open_dump(
     ...     dump.num_steps, shard.distributions().target[0].tolist()
     (4, [0.3333333333333333, 0.3333333333333333, 0.3333333333333333])
     """
+    values = _declared_values(values, probs)
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no dump at {path}: no such file or directory")
@@ -741,6 +850,10 @@ def open_dump(
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise DumpError(f"{manifest_path}: cannot read the manifest ({exc})") from exc
         shards = validate_manifest(manifest, str(manifest_path))
+        if values != "auto" and parse_storage(manifest["storage"], str(manifest_path)) is None:
+            manifest["values"] = [values, values]
+        elif values == "probs":
+            raise DumpError(f"{path}: a top-k dump holds logits; values='probs' does not apply")
         return Dump(path, "otbound", manifest, shards, {"verify": verify})
     suffix = path.suffix.lower()
     if suffix not in SINGLE_FILE_SUFFIXES:
@@ -749,4 +862,16 @@ def open_dump(
             f"directory or one of {', '.join(SINGLE_FILE_SUFFIXES)}"
         )
     source = {".pth": "pt"}.get(suffix, suffix[1:])
-    return _open_single(path, source, target_key, draft_key, probs, shard_steps)
+    return _open_single(path, source, target_key, draft_key, values, shard_steps)
+
+
+def _declared_values(values: str, probs: bool | None) -> str:
+    """``values`` after ``probs`` (its older spelling), checked."""
+    if values not in VALUES_CHOICES:
+        raise ValueError(f"values must be one of {', '.join(VALUES_CHOICES)}, got {values!r}")
+    if probs is None:
+        return values
+    implied = "probs" if probs else "logits"
+    if values not in ("auto", implied):
+        raise ValueError(f"probs={probs} contradicts values={values!r}")
+    return implied

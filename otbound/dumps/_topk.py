@@ -22,7 +22,7 @@ import numpy as np
 
 from otbound._checks import as_num_drafts
 from otbound.bounds import optimal_acceptance
-from otbound.dumps._format import TOPK_SUM_TOLERANCE, DumpError, TopKRows
+from otbound.dumps._format import DumpError, TopKRows
 from otbound.dumps._processing import (
     _check_filters,
     _step_ids,
@@ -35,9 +35,40 @@ from otbound.dumps._processing import (
 INTERVAL_DESIGNS = ("iid",)
 
 
+def _mass_error(rows: TopKRows) -> np.ndarray:
+    """``Σ exp(ℓ − lse) − 1`` where it is impossible beyond rounding, else 0 (NaN: unknown).
+
+    Impossible: above ``δ`` (:meth:`TopKRows.rounding_allowance`) for any row, and below
+    ``−δ`` too for complete rows, whose stored tokens hold all the mass.
+    """
+    with np.errstate(invalid="ignore", over="ignore"):
+        error = rows.probabilities().sum(axis=1) - 1.0
+        allowed = rows.rounding_allowance()
+        fine = (error <= allowed) & (~rows.complete | (error >= -allowed))
+    return np.where(fine, 0.0, error)
+
+
+def _describe_mass_errors(rows: TopKRows, step_ids: object = None) -> str:
+    """``"step 8: stored probabilities sum to 1 + 1.0e-04"`` for the first rows (at most three)
+    whose stored mass is impossible (see :func:`find_bad_topk_steps`); ``""`` when none is."""
+    ids = _step_ids(step_ids, rows.num_steps)
+    error = _mass_error(rows)
+    wrong = np.flatnonzero((error != 0) & np.isfinite(error))
+    parts = [
+        f"step {ids[i]}: stored probabilities sum to 1 {'+' if error[i] > 0 else '-'} "
+        f"{abs(error[i]):.1e}"
+        for i in wrong[:3]
+    ]
+    more = f" and {wrong.size - 3} more" if wrong.size > 3 else ""
+    return "; ".join(parts) + more
+
+
 def find_bad_topk_steps(rows: TopKRows) -> np.ndarray:
     """Top-k rows that are invalid: NaN or ``+inf`` logits, a non-finite logsumexp, ids out of
-    ``[0, V)`` or repeated, or stored probabilities summing to more than ``1 + 1e-4``.
+    ``[0, V)`` or repeated, or stored probabilities whose sum is impossible beyond float
+    rounding: above ``1 + δ``, or, for complete rows (empty tail), below ``1 − δ`` (``δ`` from
+    :meth:`TopKRows.rounding_allowance`). Such a sum means the logsumexp does not belong to the
+    logits; the row is refused, never rescaled.
 
     Returns
     -------
@@ -50,18 +81,30 @@ def find_bad_topk_steps(rows: TopKRows) -> np.ndarray:
     if rows.k > 1:
         ordered = np.sort(rows.ids, axis=1)
         bad |= np.any(ordered[:, 1:] == ordered[:, :-1], axis=1)
-    with np.errstate(invalid="ignore"):
-        bad |= ~(rows.probabilities().sum(axis=1) <= 1.0 + TOPK_SUM_TOLERANCE)
+    bad |= _mass_error(rows) != 0
     return bad
 
 
-def _known_and_tail(rows: TopKRows) -> tuple[np.ndarray, np.ndarray]:
-    """Stored probabilities (rescaled when rounding pushed their sum above one) and tails."""
+def _known_and_tail(
+    rows: TopKRows, name: str = "rows", step_ids: object = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Stored probabilities and tail masses, as the interval uses them.
+
+    A sum within rounding above one (``<= 1 + δ``) leaves no tail and is scaled to one, as is
+    the sum of a complete row; the interval is widened for the rounding (see
+    :func:`topk_interval`). A sum beyond rounding is a :class:`DumpError` naming the steps.
+    """
+    problems = _describe_mass_errors(rows, step_ids)
+    if problems:
+        raise DumpError(
+            f"{name}: {problems}, more than float rounding allows: the logsumexp is not that of "
+            "the row's logits (compute it in float64 over the full row)"
+        )
     probs = rows.probabilities()
     total = probs.sum(axis=1)
-    over = total > 1.0
-    probs[over] /= total[over, None]
-    return probs, rows.tail_mass() * ~over
+    scale = rows.complete | (total > 1.0)
+    probs[scale] /= total[scale, None]
+    return probs, np.where(scale, 0.0, rows.tail_mass())
 
 
 def process_topk(
@@ -93,15 +136,18 @@ def process_topk(
     Returns
     -------
     TopKRows
-        Rows with ``logsumexp = 0`` and ``logits = log p`` (``-inf`` for dropped tokens); the
-        tail is empty after any filtering or at temperature 0.
+        ``rows`` themselves at temperature 1 without filtering. Otherwise rows with
+        ``logsumexp = 0``, ``logits = log p`` (``-inf`` for dropped tokens) and every row
+        ``complete``: filtering and temperature 0 empty the tail.
 
     Raises
     ------
     ValueError
-        A temperature other than 0 or 1, or a ``top_k`` above ``K`` with a non-empty tail.
+        A temperature other than 0 or 1, or a ``top_k`` above ``K`` with a tail that is not
+        known to be empty.
     DumpError
-        Steps where the filtering would need unseen tokens (named).
+        Steps where the filtering would need unseen tokens, or whose stored mass is impossible
+        (see :func:`find_bad_topk_steps`), named.
     """
     _check_filters(temperature, top_k, top_p)
     ids = _step_ids(step_ids, rows.num_steps)
@@ -111,13 +157,15 @@ def process_topk(
             "tail's shape is unknown, so its tempered mass is too. Use temperature 1 or 0, or "
             "dump full logits"
         )
-    probs, tail = _known_and_tail(rows)
+    probs, _ = _known_and_tail(rows, name, ids)
     logits = np.asarray(rows.logits, dtype=np.float64)
     zeros = np.zeros(rows.num_steps)
+    done = np.ones(rows.num_steps, dtype=bool)
+    open_tail = ~rows.complete  # a tail that is not known to be empty, however small
     if temperature == 0:
         peak = logits.max(axis=1, keepdims=True)
         tied = logits == peak
-        unsure = np.all(tied, axis=1) & (tail > 0)
+        unsure = np.all(tied, axis=1) & open_tail
         if np.any(unsure):
             raise DumpError(
                 f"{name}: temperature 0 is ambiguous at {describe_steps(ids[unsure])}: every "
@@ -126,20 +174,21 @@ def process_topk(
         pick = np.argmin(np.where(tied, rows.ids, np.iinfo(np.int64).max), axis=1)
         out = np.full(logits.shape, -np.inf)
         out[np.arange(rows.num_steps), pick] = 0.0
-        return TopKRows(rows.ids, out, zeros, rows.vocab_size)
+        return TopKRows(rows.ids, out, zeros, rows.vocab_size, done)
+    filtered = False
     if top_k is not None and top_k < rows.vocab_size:
         if top_k < rows.k:
             kth = -np.partition(-logits, top_k - 1, axis=1)[:, top_k - 1 : top_k]
             probs[logits < kth] = 0.0
-        elif top_k > rows.k and np.any(tail > 0):
+        elif top_k > rows.k and np.any(open_tail):
             raise ValueError(
                 f"top_k={top_k} needs more tokens than the {rows.k} stored per row: the "
                 "filtered rows would include unseen tail tokens"
             )
         probs /= probs.sum(axis=1, keepdims=True)
-        tail = np.zeros_like(tail)
+        open_tail, filtered = ~done, True
     if top_p is not None and top_p < 1.0:
-        short = (probs.sum(axis=1) < top_p) & (tail > 0)
+        short = (probs.sum(axis=1) < top_p) & open_tail
         if np.any(short):
             raise DumpError(
                 f"{name}: top_p={top_p:g} needs tokens beyond the {rows.k} stored per row at "
@@ -148,21 +197,22 @@ def process_topk(
             )
         probs[~_top_p_mask(probs, float(top_p))] = 0.0
         probs /= probs.sum(axis=1, keepdims=True)
-        tail = np.zeros_like(tail)
+        filtered = True
+    if not filtered:  # the rows as stored: their rounding allowance stays theirs
+        return rows
     with np.errstate(divide="ignore"):
         out = np.log(probs)
-    # rows untouched by filtering keep their tail: exp(out) sums to 1 − tail, lse = 0
-    return TopKRows(rows.ids, out, zeros, rows.vocab_size)
+    return TopKRows(rows.ids, out, zeros, rows.vocab_size, done)
 
 
-def _merge_rows(target: TopKRows, draft: TopKRows) -> tuple[np.ndarray, ...]:
+def _merge_rows(target: TopKRows, draft: TopKRows, step_ids: np.ndarray) -> tuple[np.ndarray, ...]:
     """Per row, the union of stored ids with the two known probabilities (NaN: unknown).
 
     Returns ``p`` and ``q`` of shape (steps, K_t + K_d) on the union's tokens (each id once;
-    repeated slots become padding with ``p = q = 0``) and the two tail masses.
+    repeated slots become padding with ``p = q = 0``).
     """
-    p_known, p_tail = _known_and_tail(target)
-    q_known, q_tail = _known_and_tail(draft)
+    p_known, _ = _known_and_tail(target, "target", step_ids)
+    q_known, _ = _known_and_tail(draft, "draft", step_ids)
     steps = target.num_steps
     ids = np.concatenate([target.ids, draft.ids], axis=1)
     nan_q = np.full((steps, draft.k), np.nan)
@@ -185,9 +235,9 @@ def _merge_rows(target: TopKRows, draft: TopKRows) -> tuple[np.ndarray, ...]:
     p[second] = 0.0
     q[second] = 0.0
     # with an empty tail, a token the model did not store has probability zero: known
-    p[np.isnan(p) & (p_tail[:, None] == 0)] = 0.0
-    q[np.isnan(q) & (q_tail[:, None] == 0)] = 0.0
-    return p, q, p_tail, q_tail
+    p[np.isnan(p) & target.complete[:, None]] = 0.0
+    q[np.isnan(q) & draft.complete[:, None]] = 0.0
+    return p, q
 
 
 def _iid_alpha(p: np.ndarray, q: np.ndarray, n: int) -> np.ndarray:
@@ -210,7 +260,12 @@ def _check_design(design: str) -> None:
 
 
 def topk_interval(
-    target: TopKRows, draft: TopKRows, n: int, design: str = "iid"
+    target: TopKRows,
+    draft: TopKRows,
+    n: int,
+    design: str = "iid",
+    *,
+    step_ids: object = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     r"""An interval ``[lower, upper]`` that contains the full-vocabulary ``α*`` of every step.
 
@@ -239,8 +294,24 @@ def topk_interval(
     tails on disjoint, never-stored tokens, where no tail token can be accepted.
 
     Both bounds are exact when both tails are empty, and their gap shrinks with the tails.
-    They hold for the stored numbers: tail masses below ``1e-12`` count as zero, and stored
-    probabilities whose sum exceeds one by rounding are rescaled.
+
+    **Rounding is carried, never ignored.** The stored numbers fix each known probability and
+    the tail ``1 − Σ p̂`` only up to the float error ``δ`` of
+    :meth:`TopKRows.rounding_allowance`. Together they move by at most ``3δ`` in L1 (``δ`` for
+    the probabilities, ``δ`` for the tail, ``δ`` for scaling a sum in ``(1, 1 + δ]`` to one), so
+    each pair built above moves by at most ``2δ`` in total variation (the merged cell ``R``
+    counts twice). As ``|α*(p, q) − α*(p', q')| <= TV(p, p') + n TV(q, q')`` (``|a^n − b^n| <=
+    n|a − b|`` on ``[0, 1]``), both ends are moved outwards by
+
+    .. math:: w = 2\,(δ_p + n\,δ_q)
+
+    and one more float step, then clipped to ``[0, 1]``. So no tail counts as zero for being
+    small (a tail of ``1e-13`` widens the interval by about ``1e-13``), and a row whose stored
+    probabilities sum to more than ``1 + δ`` is refused, naming the step and the excess, never
+    rescaled. Only *complete* rows (every token stored, or the tail emptied by filtering or
+    temperature 0, see :class:`TopKRows`) have an empty tail: their sum is scaled to one, as a
+    full row's is, their ``δ`` is not added, and when both rows are complete the interval is
+    a point (``lower == upper``, labelled exact), as exact as the ``α*`` of full rows.
 
     Parameters
     ----------
@@ -251,6 +322,8 @@ def topk_interval(
         Number of drafts.
     design : str, default "iid"
         Only ``"iid"`` (``n = 1``: single-draft speculative sampling) has a derived interval.
+    step_ids : array_like of int, optional
+        Global step ids of the rows, for messages (default ``0 .. steps − 1``).
 
     Returns
     -------
@@ -260,7 +333,8 @@ def topk_interval(
     Raises
     ------
     DumpError
-        Another design, different step counts or vocabularies.
+        Another design, different step counts or vocabularies, or stored probabilities that
+        sum to more than one beyond rounding (the steps and the excess named).
     """
     n = as_num_drafts(n)
     _check_design(design)
@@ -278,7 +352,7 @@ def topk_interval(
     steps = target.num_steps
     if steps == 0:
         return np.zeros(0), np.zeros(0)
-    p, q, p_tail, q_tail = _merge_rows(target, draft)
+    p, q = _merge_rows(target, draft, _step_ids(step_ids, steps))
     p_unknown, q_unknown = np.isnan(p), np.isnan(q)
     both = ~p_unknown & ~q_unknown
     p_up = np.where(both, p, 0.0)
@@ -296,8 +370,14 @@ def topk_interval(
     lower = _iid_alpha(
         np.concatenate([p_lo, t_p, zero], axis=1), np.concatenate([q_lo, zero, t_q], axis=1), n
     )
-    exact = (p_tail == 0) & (q_tail == 0)  # both pairs are then (p, q) up to zero padding
+    exact = target.complete & draft.complete  # both pairs are then (p, q) up to zero padding
     lower[exact] = upper[exact]
+    slack = 2.0 * (
+        np.where(target.complete, 0.0, target.rounding_allowance())
+        + n * np.where(draft.complete, 0.0, draft.rounding_allowance())
+    )
+    lower = np.where(exact, lower, np.clip(np.nextafter(lower - slack, -np.inf), 0.0, 1.0))
+    upper = np.where(exact, upper, np.clip(np.nextafter(upper + slack, np.inf), 0.0, 1.0))
     return lower, upper
 
 
@@ -407,9 +487,13 @@ def acceptance_interval(
     if np.any(bad) and not skip_bad_steps:
         which = [f"target at {describe_steps(ids[bad_t])}"] if np.any(bad_t) else []
         which += [f"draft at {describe_steps(ids[bad_d])}"] if np.any(bad_d) else []
+        masses = [_describe_mass_errors(rows, ids) for rows in (target, draft)]
+        which += [
+            f"{side} {text}" for side, text in zip(("target", "draft"), masses, strict=True) if text
+        ]
         raise DumpError(
             "invalid top-k rows (NaN or +inf logits, a non-finite logsumexp, bad or repeated "
-            "ids, or probabilities above the logsumexp): "
+            "ids, or stored probabilities whose sum is off beyond float rounding): "
             + "; ".join(which)
             + " (global step ids); pass skip_bad_steps=True to drop them"
         )
@@ -418,5 +502,5 @@ def acceptance_interval(
     common = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "step_ids": ids[kept]}
     t_rows = process_topk(t_rows, name="target", **common)
     d_rows = process_topk(d_rows, name="draft", **common)
-    lower, upper = topk_interval(t_rows, d_rows, n, design)
+    lower, upper = topk_interval(t_rows, d_rows, n, design, step_ids=ids[kept])
     return AcceptanceInterval(lower, upper, ids[kept], kept, ids[bad], n, design)

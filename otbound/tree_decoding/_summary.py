@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from otbound._checks import clip_rounding
 from otbound.analysis._summary import _mean_and_interval
 from otbound.trees import block_efficiency, bound_block_efficiency, kary_tree
 
@@ -110,9 +111,11 @@ def summarise_tree_steps(
             note="",
         )
         if positional is not None and not empty:
-            record["predicted"] = block_efficiency(np.clip(positional, 0.0, 1.0), paths)
+            positional = clip_rounding(positional, 0.0, 1.0, "positional acceptance")
+            record["predicted"] = block_efficiency(positional, paths)
         if stars is not None and not empty:
-            record["bound"] = bound_block_efficiency(np.clip(stars, 0.0, 1.0), paths)
+            stars = clip_rounding(stars, 0.0, 1.0, "α* per depth")
+            record["bound"] = bound_block_efficiency(stars, paths)
         records.append(record)
     for row in not_applicable:
         records.append({**dict(row), "applicable": False, "calls": 0, "prompts": 0})

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from otbound._checks import as_distribution_pair, broadcast_batch
+from otbound._checks import as_distribution_pair, broadcast_batch, clip_rounding
 from otbound.drafts import _top_tokens, get_design
 from otbound.trees._shapes import _as_count
 from otbound.verifiers.base import BaseVerifier, as_trials, sample_drafts
@@ -94,7 +94,8 @@ def _exact_step(
             if value is None:
                 return None
             alphas.append(float(value))
-        return np.maximum(np.diff(alphas), 0.0)
+        what = f"{verifier.name}: P(slot k accepted) = α(k) − α(k − 1)"
+        return clip_rounding(np.diff(alphas), 0.0, 1.0, what)
     # Deterministic draft slots: a lossless verifier outputs Y ~ p, so the slot holding the
     # fixed token t is the accepted one with probability p(t) (the drafts are distinct).
     fixed = width if verifier.design == "topk" else width - 1

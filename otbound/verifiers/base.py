@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from otbound._checks import as_distribution_pair, as_num_drafts
+from otbound._checks import as_distribution_pair, as_num_drafts, clip_rounding
 from otbound.drafts import DraftDesign, get_design
 
 __all__ = [
@@ -333,12 +333,22 @@ class BaseVerifier(ABC):
         Returns
         -------
         float or None
+            Clipped into ``[0, 1]`` where it is out by rounding only.
+
+        Raises
+        ------
+        ValueError
+            Invalid inputs, or a value outside ``[0, 1]`` by more than rounding (a bug in the
+            verifier's formula, named with the value).
         """
         p_arr, q_arr, n = self._validate(p, q, n)
         if not self._applies(p_arr, q_arr, n):
             return None
         value = self._acceptance(p_arr, q_arr, n)
-        return None if value is None else float(min(max(value, 0.0), 1.0))
+        if value is None:
+            return None
+        what = f"acceptance rate of verifier {self.name!r} (n={n})"
+        return float(clip_rounding(value, 0.0, 1.0, what))
 
     def simulate(
         self, p: object, q: object, n: int = 2, trials: int = 100_000, seed: object = 0

@@ -19,7 +19,10 @@ The practical scheme implemented here: for two slots with independent draft dist
 top ``s`` tokens ``S`` (``s = 10`` by default), and
 
 * for a pair inside ``S × S``, keep slot 1 with probability ``W[i, j]`` from the LP
-  ``max Σ_{y∈S} min(p_y, p_I(y))`` over ``W ∈ [0, 1]^{s×s}`` (every other pair fixed);
+  ``max Σ_{y∈S} min(p_y, p_I(y))`` over ``W ∈ [0, 1]^{s×s}`` (every other pair fixed),
+  solved by :func:`otbound.bounds._highs.solve_lp` (HiGHS with tolerances 1e-10 and its
+  status checked, like every otbound LP); weights and ``p_I`` leave their ranges by at most
+  that tolerance, beyond which they raise instead of being clipped;
 * a top-``s`` token beats a tail token, and between two tail tokens the higher-ranked wins;
 * equal tokens: the draft itself.
 
@@ -58,8 +61,10 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy import sparse
-from scipy.optimize import linprog
 
+from otbound._checks import clip_rounding
+from otbound.bounds._highs import LP_SLACK as _LP_SLACK
+from otbound.bounds._highs import solve_lp
 from otbound.verifiers.base import BaseVerifier, residual, sample_tokens
 
 __all__ = ["ImportanceSampling", "SelectionStage"]
@@ -125,26 +130,26 @@ def _solve_stage(p: np.ndarray, a: np.ndarray, b: np.ndarray, top: int) -> Selec
         rows = np.concatenate((ii, jj, np.arange(s)))
         cols = np.concatenate((np.arange(nw), np.arange(nw), nw + np.arange(s)))
         vals = np.concatenate((-aS[ii] * bS[jj], aS[ii] * bS[jj], np.ones(s)))
-        a_ub = sparse.csr_matrix((vals, (rows, cols)), shape=(s, nw + s))
-        cost = np.concatenate((np.zeros(nw), -np.ones(s)))
-        bounds = [(0.0, 1.0)] * nw + [(0.0, float(v)) for v in pS]
-        res = linprog(
-            cost,
-            A_ub=a_ub,
-            b_ub=base,
-            bounds=bounds,
-            method="highs",
-            options={"presolve": False},
+        a_ub = sparse.csr_array((vals, (rows, cols)), shape=(s, nw + s))
+        cost = np.concatenate((np.zeros(nw), np.ones(s)))
+        upper = np.concatenate((np.ones(nw), pS))
+        # max Σ t through the one HiGHS wrapper (its tight tolerances, status checked)
+        solution = solve_lp(cost, a_ub, -np.inf, base, 0.0, upper, maximize=True)
+        keep[ii, jj] = clip_rounding(
+            solution.x[:nw], 0.0, 1.0, "importance selection weight W (LP)", tol=_LP_SLACK
         )
-        if res.status != 0:
-            raise RuntimeError(f"importance-sampling selection LP failed: {res.message}")
-        keep[ii, jj] = np.clip(res.x[:nw], 0.0, 1.0)
     gain = (aS[:, None] * bS[None, :] * keep * off).sum(axis=1)
     loss = (aS[:, None] * bS[None, :] * keep * off).sum(axis=0)
     induced_sorted[:s] = base + gain - loss
     induced = np.empty(vocab)
-    induced[order] = np.maximum(induced_sorted, 0.0)
-    return SelectionStage(rank=rank, top=s, keep_top=keep, induced=induced / induced.sum())
+    # p_I ≥ t ≥ 0 row by row and Σ p_I = Σ_{i,j} a_i b_j = 1 exactly: off by the LP's
+    # feasibility tolerance and rounding only
+    induced[order] = clip_rounding(
+        induced_sorted, 0.0, 1.0, "importance induced distribution p_I", tol=_LP_SLACK
+    )
+    total = float(induced.sum())
+    clip_rounding(total, 1.0, 1.0, "importance induced distribution's total Σ p_I", tol=_LP_SLACK)
+    return SelectionStage(rank=rank, top=s, keep_top=keep, induced=induced / total)
 
 
 def _coincidence_two(stage: SelectionStage, a, b, accept, rest) -> float:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from otbound._checks import clip_rounding
 from otbound.verifiers.base import BaseVerifier, sample_tokens
 
 __all__ = ["KSequential", "kseq_rho"]
@@ -119,7 +120,8 @@ def _plan(p: np.ndarray, q: np.ndarray, n: int) -> tuple[float, float, np.ndarra
     capped = np.minimum(q, p / rho)
     miss = float(np.maximum(q - p / rho, 0.0).sum())  # 1 − β(ρ)
     scale = float(np.sum(miss ** np.arange(n)))  # c = Σ_{i<n} (1 − β)^i
-    rest = np.maximum(p - capped * scale, 0.0)
+    # ρ* is the feasible end of the bisection, where the residual is ≥ 0 up to rounding
+    rest = clip_rounding(p - capped * scale, 0.0, 1.0, "K-SEQ residual p − min(q, p/ρ*)·c")
     total = rest.sum()
     rest = rest / total if total > 0 else p.copy()
     return rho, miss, rest
@@ -188,7 +190,7 @@ class KSequential(BaseVerifier):
         take = np.minimum(q, p / rho)
         drop = np.maximum(q - p / rho, 0.0)  # q − take
         miss = float(drop.sum())
-        other = np.maximum(miss - drop, 0.0)
+        other = clip_rounding(miss - drop, 0.0, 1.0, "K-SEQ rejection mass of the other tokens")
         out = np.empty(n)
         power = np.ones_like(p)  # s_y^k
         for k in range(n):

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from otbound._checks import clip_rounding
 from otbound.drafts import DESIGNS, Greedy, Hub, TopK, num_tuples
 from otbound.verifiers.base import BaseVerifier, sample_tokens
 
@@ -149,10 +150,12 @@ class OptimalTransport(BaseVerifier):
             inside[rows, j] = dense[rows, sets[rows, j]]
         with np.errstate(divide="ignore", invalid="ignore"):
             inside = np.where(probs[:, None] > 0, inside / probs[:, None], 0.0)
-        # rows may exceed 1 by rounding: scale them back
+        # the plan is exactly feasible (solve_primal shrinks the solver's slack), so a row of
+        # conditional acceptances exceeds 1 and a column's received mass p(y) by rounding only
         total = inside.sum(axis=1)
+        clip_rounding(total, 0.0, 1.0, "optimal: P(Y ∈ S | S)")  # raises beyond rounding
         inside /= np.maximum(total, 1.0)[:, None]
-        left = np.maximum(p - dense.sum(axis=0), 0.0)
+        left = clip_rounding(p - dense.sum(axis=0), 0.0, 1.0, "optimal: p(y) − received mass")
         rest = left / left.sum() if left.sum() > 0 else p.copy()
         codes = _set_codes(sets, vocab)
         order = np.argsort(codes)
