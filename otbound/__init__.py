@@ -11,7 +11,7 @@ import os as _os
 # before numba loads OpenMP; a value the user chose is kept.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from otbound import dumps, trees
+from otbound import dumps, sequence, trees
 from otbound.bounds import (
     DualResult,
     LPError,
@@ -27,6 +27,7 @@ from otbound.drafts import DESIGNS, DraftDesign, get_design
 from otbound.dumps import DumpError, DumpWriter, open_dump
 from otbound.evaluate import LosslessResult, check_lossless, compare
 from otbound.logits import softmax
+from otbound.sequence import block_acceptance, optimal_block_acceptance
 from otbound.trees import (
     best_tree,
     block_efficiency,
@@ -60,6 +61,7 @@ __all__ = [
     "SweepResult",
     "Verifier",
     "best_tree",
+    "block_acceptance",
     "block_efficiency",
     "bound_block_efficiency",
     "chain",
@@ -71,8 +73,10 @@ __all__ = [
     "kary_tree",
     "open_dump",
     "optimal_acceptance",
+    "optimal_block_acceptance",
     "positional_acceptance",
     "predict_tokens_per_call",
+    "sequence",
     "softmax",
     "solve_dual",
     "solve_primal",

@@ -1,0 +1,84 @@
+r"""Sequence-level verification: blocks and trees, their exact acceptance, and block-level bounds.
+
+otbound's ``α*`` bounds token-level verifiers, one draft position at a time. This package
+treats one whole *iteration* of speculative decoding: a drafted chain or tree, one target
+call, the accepted path plus one target token. For **context-independent** models (the same
+``p``, ``q`` at every position, or one row per depth; :func:`sequence_model`) everything is
+exact, by enumeration (small vocabularies and trees).
+
+Verifiers (:data:`SEQUENCE_VERIFIERS`; exact law, seeded simulation, one-trial ``verify``, as
+the token-level verifiers; the protocol and what *lossless* compares are in
+:mod:`otbound.sequence._base`):
+
+* ``token`` - token verification top-down (recursive rejection sampling on trees);
+* ``block`` - block verification on chains (Sun et al., arXiv 2403.10444);
+* ``traversal`` - traversal verification, leaves to root, on trees and chains (Weng et al.,
+  arXiv 2505.12398).
+
+Exact acceptance: :func:`block_acceptance` (chains), :func:`tree_acceptance`,
+:func:`token_acceptance` (``Σ_k Π_{d≤k} α_d``), :func:`sequence_law`, :func:`lossless_gap`.
+
+Bounds (HiGHS LPs with dual certificates): :func:`optimal_block_acceptance` (the coupling
+bound; on chains ``Σ_k (1 − TV(P_{1:k}, Q_{1:k}))``, proved attained), its tree analogue
+:func:`optimal_tree_acceptance` (the per-depth sum is *not* attained on trees), and
+:func:`optimal_verification_acceptance` (the best verifier that emits one target token;
+block verification attains it on chains).
+
+Examples
+--------
+Sun et al.'s motivating example: ``p = (1/3, 2/3)``, ``q = (2/3, 1/3)``, ``γ = 2``.
+
+>>> from otbound.sequence import (block_acceptance, optimal_block_acceptance,
+...     optimal_verification_acceptance)
+>>> p, q = [1 / 3, 2 / 3], [2 / 3, 1 / 3]
+>>> [round(9 * block_acceptance(v, p, q, 2), 6) for v in ("token", "block", "traversal")]
+[10.0, 11.0, 11.0]
+>>> round(9 * optimal_verification_acceptance(p, q, 2).value, 6)
+11.0
+>>> round(9 * optimal_block_acceptance(p, q, 2).value, 6)
+12.0
+"""
+
+from otbound.sequence._base import SequenceSimulation, SequenceVerifier
+from otbound.sequence._models import SequenceModel, block_law, prefix_overlaps, sequence_model
+from otbound.sequence.block import BlockVerifier
+from otbound.sequence.block_acceptance import (
+    SEQUENCE_VERIFIERS,
+    block_acceptance,
+    get_sequence_verifier,
+    lossless_gap,
+    sequence_law,
+    token_acceptance,
+    tree_acceptance,
+)
+from otbound.sequence.block_bound import (
+    SequenceBound,
+    optimal_block_acceptance,
+    optimal_tree_acceptance,
+    optimal_verification_acceptance,
+)
+from otbound.sequence.token import TokenVerifier
+from otbound.sequence.traversal import TraversalVerifier
+
+__all__ = [
+    "SEQUENCE_VERIFIERS",
+    "BlockVerifier",
+    "SequenceBound",
+    "SequenceModel",
+    "SequenceSimulation",
+    "SequenceVerifier",
+    "TokenVerifier",
+    "TraversalVerifier",
+    "block_acceptance",
+    "block_law",
+    "get_sequence_verifier",
+    "lossless_gap",
+    "optimal_block_acceptance",
+    "optimal_tree_acceptance",
+    "optimal_verification_acceptance",
+    "prefix_overlaps",
+    "sequence_law",
+    "sequence_model",
+    "token_acceptance",
+    "tree_acceptance",
+]
