@@ -8,12 +8,13 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
+
+from capture_helpers import dump_rows, one_error_line, tiny_config  # noqa: E402
 
 import otbound  # noqa: E402
 from otbound import capture  # noqa: E402
@@ -26,17 +27,7 @@ PROMPT_IDS = [[5, 6, 7], [10, 11, 12, 13, 14, 15, 16, 17, 18], [3], [40, 41, 42,
 
 
 def _llama_config(vocab: int, layers: int = 2) -> object:
-    return transformers.LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
+    return tiny_config("llama", vocab, layers)
 
 
 def _gpt2_config(vocab: int, layers: int = 2) -> object:
@@ -102,25 +93,6 @@ def _load(path: Path) -> object:
     return transformers.AutoModelForCausalLM.from_pretrained(path).eval()
 
 
-def _rows(dump_path: Path) -> tuple[np.ndarray, np.ndarray, object]:
-    dump = open_dump(dump_path)
-    shards = list(dump)
-    meta = pd.concat([s.metadata for s in shards], ignore_index=True)
-    return (
-        np.concatenate([s.target for s in shards]),
-        np.concatenate([s.draft for s in shards]),
-        meta,
-    )
-
-
-def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    return lines[0]
-
-
 def _files(path: Path) -> list[Path]:
     return sorted(p for p in path.rglob("*") if p.is_file()) if path.exists() else []
 
@@ -148,7 +120,7 @@ def test_logged_rows_equal_a_direct_forward_pass(
     dump = open_dump(out)
     assert dump.check() == {}
     assert len(dump.shards) > 1 and all(s.num_steps <= 7 for s in dump.shards)
-    target_rows, draft_rows, meta = _rows(out)
+    target_rows, draft_rows, meta = dump_rows(out)
     vocab = 250 if family == "llama" else VOCAB
     assert target_rows.shape == draft_rows.shape == (len(meta), vocab)
     assert target_rows.dtype == np.float32
@@ -208,12 +180,12 @@ def test_text_prompts_go_through_the_tokenizer(
     prompts.write_text("w5 w6 w7\n\nw9 w10\n", encoding="utf-8")
     out = tmp_path / "dump"
     assert main(_args(models["llama"], prompts, out, "--max-new-tokens", "3")) == 0
-    _, _, meta = _rows(out)
+    _, _, meta = dump_rows(out)
     assert sorted(meta["prompt_id"].unique()) == [0, 1]  # the blank line is no prompt
     assert set(meta.loc[meta["prompt_id"] == 1, "prompt_length"]) == {2}
     jsonl = _write_prompts(tmp_path / "text.jsonl", [{"text": "w5 w6 w7"}, {"text": "w9 w10"}])
     assert main(_args(models["llama"], jsonl, tmp_path / "dump2", "--max-new-tokens", "3")) == 0
-    np.testing.assert_array_equal(_rows(out)[0], _rows(tmp_path / "dump2")[0])
+    np.testing.assert_array_equal(dump_rows(out)[0], dump_rows(tmp_path / "dump2")[0])
 
 
 # --------------------------------------------------------------------------------------------
@@ -233,7 +205,7 @@ def test_batched_and_unbatched_logging_agree(family: str, models: dict, tmp_path
                     max_new_tokens=5, batch_size=batch, seed=7, progress=False,
                 )
             )  # fmt: skip
-    (t1, d1, m1), (t4, d4, m4) = _rows(dumps[0]), _rows(dumps[1])
+    (t1, d1, m1), (t4, d4, m4) = dump_rows(dumps[0]), dump_rows(dumps[1])
     assert m1.equals(m4)
     np.testing.assert_allclose(t1, t4, rtol=0, atol=1e-5)
     np.testing.assert_allclose(d1, d4, rtol=0, atol=1e-5)
@@ -290,7 +262,7 @@ def test_generation_stops_at_eos(models: dict, tmp_path: Path) -> None:
             target, draft, [prompt], tmp_path / "dump", temperature=0.0, max_new_tokens=5,
             progress=False,
         )  # fmt: skip
-    _, _, meta = _rows(out)
+    _, _, meta = dump_rows(out)
     assert meta["token"].tolist() == [first] and meta["last"].tolist() == [True]
     assert first in open_dump(out).manifest["extra"]["generation"]["eos_token_ids"]
 
@@ -351,7 +323,7 @@ def test_resume_after_an_interruption_equals_an_uninterrupted_run(
 
     monkeypatch.setattr(DumpWriter, "write_shard", stop_at_second_shard)
     assert main(_args(pair, prompt_file, cut, *options)) == 130
-    assert "--resume" in _one_line_error(capsys)
+    assert "--resume" in one_error_line(capsys)
     monkeypatch.setattr(DumpWriter, "write_shard", write_shard)
     partial = open_dump(cut)
     assert len(partial.shards) == 1 and partial.check() == {}
@@ -360,13 +332,13 @@ def test_resume_after_an_interruption_equals_an_uninterrupted_run(
     ]  # fmt: skip
     # resuming with other settings is refused, in one line
     assert main(_args(pair, prompt_file, cut, *options[:-1], "6", "--resume")) == 1
-    assert "generation" in _one_line_error(capsys)
+    assert "generation" in one_error_line(capsys)
     assert main(_args(pair, prompt_file, cut, *options)) == 1
-    assert "--resume" in _one_line_error(capsys)
+    assert "--resume" in one_error_line(capsys)
     assert main(_args(pair, prompt_file, cut, *options, "--resume")) == 0
     a, b = open_dump(whole), open_dump(cut)
     assert [s.num_steps for s in a.shards] == [s.num_steps for s in b.shards]
-    (ta, da, ma), (tb, db, mb) = _rows(whole), _rows(cut)
+    (ta, da, ma), (tb, db, mb) = dump_rows(whole), dump_rows(cut)
     assert ma.equals(mb)
     np.testing.assert_allclose(ta, tb, rtol=0, atol=1e-5)
     np.testing.assert_allclose(da, db, rtol=0, atol=1e-5)
@@ -405,8 +377,8 @@ def test_bfloat16_storage(models: dict, prompt_file: Path, tmp_path: Path) -> No
     assert dump.dtype == "bfloat16"
     reference = tmp_path / "f32"
     assert main(_args(models["llama"], prompt_file, reference, *args[:2], *args[4:])) == 0
-    np.testing.assert_allclose(_rows(out)[0], _rows(reference)[0], rtol=1e-2, atol=1e-2)
-    assert sorted(_rows(out)[2]["prompt_id"].unique()) == [0, 1]
+    np.testing.assert_allclose(dump_rows(out)[0], dump_rows(reference)[0], rtol=1e-2, atol=1e-2)
+    assert sorted(dump_rows(out)[2]["prompt_id"].unique()) == [0, 1]
 
 
 # --------------------------------------------------------------------------------------------
@@ -502,7 +474,7 @@ def test_bad_input_is_one_line(
 ) -> None:
     args, expected = _bad_cases(models, tmp_path, prompt_file)[case]
     assert main(args) == 1
-    line = _one_line_error(capsys)
+    line = one_error_line(capsys)
     assert line.startswith("log_distributions: error:") and expected in line, line
     assert _files(tmp_path / "o") == []
 
@@ -516,7 +488,7 @@ def test_out_of_memory_suggests_a_smaller_batch(
     monkeypatch.setattr(transformers.LlamaForCausalLM, "forward", no_memory)
     out = tmp_path / "o"
     assert main(_args(models["llama"], prompt_file, out, "--batch-size", "4")) == 1
-    line = _one_line_error(capsys)
+    line = one_error_line(capsys)
     assert "out of memory" in line and "--batch-size (now 4)" in line, line
     assert _files(out) == []
 
@@ -540,7 +512,7 @@ def test_greedy_tokens_are_the_generators_argmax(
     out = tmp_path / "dump"
     args = ["--temperature", "0", "--generator", generator, "--batch-size", "2"]
     assert main(_args(models["llama"], prompt_file, out, *args)) == 0
-    target_rows, draft_rows, meta = _rows(out)
+    target_rows, draft_rows, meta = dump_rows(out)
     rows = target_rows if generator == "target" else draft_rows
     np.testing.assert_array_equal(rows.argmax(axis=1), meta["token"].to_numpy())
     assert open_dump(out).manifest["extra"]["generation"]["generator"] == generator

@@ -21,18 +21,27 @@ real token, so batched and unbatched runs log the same rows (to float rounding).
 
     python scripts/log_distributions.py --target DIR --draft DIR --prompts FILE --out DUMP
 
+Models may be Hugging Face directories, hub names or GGUF files (``*.gguf``, dequantised by
+transformers; the tokenizer comes from the file, and the manifest records each file's sha256,
+size, architecture, quantisation and ``general.name``: :func:`gguf_source`). Prompts may be
+token ids, text, chats (``messages``) or MT-bench questions (``turns``); ``chat_template=True``
+puts them in the tokenizer's chat template, as instruct models are used.
+
 :func:`log_distributions` does the whole run. Its parts can be used alone: prompts
 (:func:`read_prompts`), models and tokenizers (:func:`load_model`, :func:`load_tokenizer`),
 the shared vocabulary (:func:`plan_vocabulary`), sampling and forward passes
 (:func:`generate_continuations`, :func:`teacher_forced_logits`, :func:`aligned_logits`) and
-resuming (:func:`dump_progress`, :func:`check_resumable`). Every refusal is a
-:class:`CaptureError` with a one-line message.
+resuming (:func:`dump_progress`, :func:`check_resumable`), GGUF headers
+(:func:`read_gguf_header`, :func:`check_gguf`, :func:`gguf_record`). Every refusal is a
+:class:`CaptureError` with a one-line message; a model file or pair that cannot be used at all
+(a truncated or corrupt GGUF file, an architecture transformers cannot load, vocabularies that
+differ) is its subclass :class:`ModelFileError`.
 
 Needs ``torch`` and ``transformers`` (``pip install 'otbound[torch]'``); ``import otbound``
 does not import this package.
 """
 
-from otbound.capture._errors import CaptureError, out_of_memory_guard
+from otbound.capture._errors import CaptureError, ModelFileError, out_of_memory_guard
 from otbound.capture._generate import (
     AlignedSteps,
     aligned_logits,
@@ -42,13 +51,26 @@ from otbound.capture._generate import (
     sample_tokens,
     teacher_forced_logits,
 )
-from otbound.capture._manifest import CAPTURE_VERSION
+from otbound.capture._gguf import (
+    GGUF_SUFFIX,
+    GGUFHeader,
+    check_gguf,
+    check_gguf_paths,
+    check_same_gguf_tokens,
+    gguf_record,
+    is_gguf,
+    read_gguf_header,
+    read_gguf_tokens,
+)
+from otbound.capture._manifest import CAPTURE_VERSION, model_entry
 from otbound.capture._models import (
     MODEL_DTYPES,
     TOKENIZER_FILES,
     context_length,
+    draft_tokenizer,
     embedding_rows,
     eos_token_ids,
+    gguf_source,
     has_tokenizer,
     is_hub_name,
     load_model,
@@ -60,6 +82,7 @@ from otbound.capture._models import (
     resolve_device,
 )
 from otbound.capture._prompts import (
+    PROMPT_KEYS,
     TRUNCATION_SIDES,
     Prompt,
     prompt_file_info,
@@ -70,13 +93,15 @@ from otbound.capture._resume import RESUME_KEYS, DumpProgress, check_resumable, 
 from otbound.capture._run import log_distributions
 from otbound.capture._settings import GENERATORS, STORAGE_DTYPES
 from otbound.capture._shards import MAX_SHARD_STEPS, SHARD_BYTES
-from otbound.capture._vocabulary import Vocabulary, plan_vocabulary
+from otbound.capture._vocabulary import Vocabulary, check_shared_vocabulary, plan_vocabulary
 
 __all__ = [
     "CAPTURE_VERSION",
     "GENERATORS",
+    "GGUF_SUFFIX",
     "MAX_SHARD_STEPS",
     "MODEL_DTYPES",
+    "PROMPT_KEYS",
     "RESUME_KEYS",
     "SHARD_BYTES",
     "STORAGE_DTYPES",
@@ -85,22 +110,33 @@ __all__ = [
     "AlignedSteps",
     "CaptureError",
     "DumpProgress",
+    "GGUFHeader",
+    "ModelFileError",
     "Prompt",
     "Vocabulary",
     "aligned_logits",
+    "check_gguf",
+    "check_gguf_paths",
     "check_resumable",
+    "check_same_gguf_tokens",
+    "check_shared_vocabulary",
     "context_length",
+    "draft_tokenizer",
     "dump_progress",
     "embedding_rows",
     "eos_token_ids",
     "generate_continuations",
+    "gguf_record",
+    "gguf_source",
     "has_tokenizer",
+    "is_gguf",
     "is_hub_name",
     "left_pad",
     "load_model",
     "load_tokenizer",
     "log_distributions",
     "logit_width",
+    "model_entry",
     "model_name",
     "out_of_memory_guard",
     "plan_vocabulary",
@@ -109,6 +145,8 @@ __all__ = [
     "prompt_generator",
     "prompt_tokenizer",
     "quiet_transformers",
+    "read_gguf_header",
+    "read_gguf_tokens",
     "read_prompts",
     "resolve_device",
     "sample_tokens",

@@ -9,7 +9,20 @@ import torch
 
 
 class CaptureError(ValueError):
-    """Logging cannot go on: the message is one readable line naming the input at fault."""
+    """Logging cannot go on: the message is one readable line naming the input at fault.
+
+    ``exit_status`` is the status a command line exits with for it.
+    """
+
+    exit_status = 1
+
+
+class ModelFileError(CaptureError):
+    """A model file or pair that cannot be used at all: a truncated or corrupt GGUF file, an
+    architecture transformers cannot load, or a draft whose vocabulary differs from the
+    target's. Command lines exit with status 2 for it, as for unusable arguments."""
+
+    exit_status = 2
 
 
 def _check_limits(**limits: int | None) -> None:

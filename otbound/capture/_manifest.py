@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from otbound.capture._models import _dtype_name, logit_width, model_name
+from otbound.capture._models import _dtype_name, gguf_source, logit_width, model_name
 from otbound.capture._settings import _Settings
 from otbound.capture._vocabulary import Vocabulary
 
@@ -16,7 +16,10 @@ from otbound.capture._vocabulary import Vocabulary
 CAPTURE_VERSION = 1
 
 
-def _model_entry(model: Any) -> dict[str, Any]:
+def model_entry(model: Any) -> dict[str, Any]:
+    """A model as the manifest (and ``simulate_trees``' ``run.json``) records it: name, class,
+    model type, vocabulary widths, hub commit, and ``gguf``, the GGUF file's record (sha256,
+    size, architecture, quantisation, ``general.name``; :func:`gguf_source`) or None."""
     config = model.config
     return {
         "name": model_name(model),
@@ -25,6 +28,7 @@ def _model_entry(model: Any) -> dict[str, Any]:
         "config_vocab_size": getattr(config.get_text_config(), "vocab_size", None),
         "logit_width": logit_width(model),
         "commit": getattr(config, "_commit_hash", None),
+        "gguf": gguf_source(model),
     }
 
 
@@ -60,8 +64,8 @@ def _build_extra(
         tok = {"name": str(getattr(tokenizer, "name_or_path", "")), "length": len(tokenizer)}
     return {
         "capture_version": CAPTURE_VERSION,
-        "target": _model_entry(target),
-        "draft": _model_entry(draft),
+        "target": model_entry(target),
+        "draft": model_entry(draft),
         "tokenizer": tok,
         "model_dtype": _dtype_name(target),
         "device": str(device),

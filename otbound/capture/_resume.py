@@ -17,7 +17,9 @@ from otbound.dumps._format import MANIFEST_NAME
 #: Settings that must not change when a run is resumed (dotted paths into ``extra``).
 RESUME_KEYS = (
     "target.name",
+    "target.gguf",
     "draft.name",
+    "draft.gguf",
     "tokenizer.name",
     "model_dtype",
     "vocabulary",
@@ -27,8 +29,11 @@ RESUME_KEYS = (
     "prompts.max_prompt_tokens",
     "prompts.truncation_side",
     "prompts.add_special_tokens",
+    "prompts.chat_template",
     "generation",
 )
+#: What a key of :data:`RESUME_KEYS` that a dump of an earlier version lacks stood for.
+_RESUME_DEFAULTS = {"prompts.chat_template": False}
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,8 @@ def check_resumable(manifest: Mapping[str, Any], extra: Mapping[str, Any], path:
         raise CaptureError(f"cannot resume {path}: it was not written by log_distributions")
     for key in RESUME_KEYS:
         before, now = _lookup(old, key), _lookup(extra, key)
+        if before is None:
+            before = _RESUME_DEFAULTS.get(key)
         if json.dumps(before, sort_keys=True) != json.dumps(now, sort_keys=True):
             raise CaptureError(
                 f"cannot resume {path}: {key} is {_short(now)} but the dump was written with "

@@ -22,6 +22,7 @@ from otbound.capture._models import (
     load_model,
     load_tokenizer,
 )
+from otbound.capture._models import draft_tokenizer as _own_draft_tokenizer
 from otbound.capture._prompts import Prompt, _prompts_digest, prompt_file_info, read_prompts
 from otbound.capture._resume import (
     DumpProgress,
@@ -48,6 +49,17 @@ def _as_tokenizer(tokenizer: Any, target: Any) -> Any:
     if tokenizer is None and isinstance(target, (str, Path)) and has_tokenizer(target):
         return load_tokenizer(target)
     return tokenizer
+
+
+def _as_draft_tokenizer(given: Any, draft: Any, tokenizer: Any, target: Any) -> Any:
+    """The draft's own tokenizer: ``given``, else its path's (directory or GGUF file)."""
+    if given is not None or not isinstance(draft, (str, Path)):
+        return given
+    path = tokenizer if isinstance(tokenizer, (str, Path)) else None
+    if tokenizer is not None and path is None:  # a tokenizer object: not a GGUF file
+        target = None
+    target = target if isinstance(target, (str, Path)) else None
+    return _own_draft_tokenizer(draft, path, target=target)
 
 
 def _prompt_list(
@@ -135,6 +147,7 @@ def log_distributions(
     max_prompt_tokens: int | None = None,
     truncation_side: str = "left",
     add_special_tokens: bool = True,
+    chat_template: bool = False,
     prompt_source: Mapping[str, Any] | None = None,
     resume: bool = False,
     progress: bool = True,
@@ -146,17 +159,18 @@ def log_distributions(
     Parameters
     ----------
     target, draft : str, pathlib.Path or transformers.PreTrainedModel
-        Model directories or hub names (loaded with ``dtype`` on ``device``), or loaded
-        models (on one device).
+        Model directories, GGUF files (``*.gguf``) or hub names (loaded with ``dtype`` on
+        ``device``), or loaded models (on one device).
     prompts : str, pathlib.Path or sequence of Prompt
         A prompt file (see :func:`read_prompts`) or prompts already read.
     out : str or pathlib.Path
         The dump directory (created; must be empty, or hold a dump when ``resume``).
     tokenizer : str, pathlib.Path or tokenizer, optional
         Needed for text prompts; cuts the vocabulary to its length. Default: the target's
-        directory when it holds tokenizer files.
+        directory when it holds tokenizer files, or its GGUF file's tokenizer.
     draft_tokenizer : tokenizer, optional
-        The draft's own tokenizer, checked against ``tokenizer``.
+        The draft's own tokenizer, checked against ``tokenizer``. Default, for a draft given
+        as a path: its directory's or GGUF file's tokenizer, when it has one.
     max_new_tokens : int, default 128
         Continuation length (shorter when the generator samples an end-of-sequence token).
     temperature, top_p : float
@@ -180,9 +194,10 @@ def log_distributions(
         Model dtype, for models given as paths.
     device : str or torch.device, optional
         For models given as paths; default ``cuda`` when present, else ``cpu``.
-    max_prompts, max_prompt_tokens, truncation_side, add_special_tokens
+    max_prompts, max_prompt_tokens, truncation_side, add_special_tokens, chat_template
         Passed to :func:`read_prompts` for a prompt file (``truncation_side="left"`` keeps a
-        long prompt's last tokens).
+        long prompt's last tokens; ``chat_template=True`` puts text and chat prompts in the
+        tokenizer's chat template, as instruct models are used).
     prompt_source : mapping, optional
         How prompts given as objects were made (recorded; ``sha256`` is checked on resume).
     resume : bool, default False
@@ -204,7 +219,9 @@ def log_distributions(
     CaptureError
         Bad input or settings, a tokenizer that does not fit the models, settings that differ
         from those of the dump being resumed, or running out of memory (shards already
-        written stay, complete, for ``resume``).
+        written stay, complete, for ``resume``); a :class:`ModelFileError` for a truncated or
+        corrupt GGUF file, an architecture transformers cannot load, or a draft whose
+        vocabulary differs from the target's.
     """
     out = Path(out)
     options = {
@@ -212,6 +229,7 @@ def log_distributions(
         "max_prompt_tokens": max_prompt_tokens,
         "truncation_side": truncation_side,
         "add_special_tokens": add_special_tokens,
+        "chat_template": bool(chat_template),
     }
     _check_limits(max_prompts=max_prompts, max_prompt_tokens=max_prompt_tokens)
     if isinstance(target, (str, Path)):
@@ -232,6 +250,7 @@ def log_distributions(
         stop_at_eos=stop_at_eos,
     )
     previous = _existing_dump(out, resume)
+    draft_tokenizer = _as_draft_tokenizer(draft_tokenizer, draft, tokenizer, target)
     tokenizer = _as_tokenizer(tokenizer, target)
     prompt_list, prompt_info = _prompt_list(prompts, tokenizer, options, prompt_source)
     models = {

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from otbound.capture._errors import CaptureError
+from otbound.capture._errors import CaptureError, ModelFileError
 from otbound.capture._models import embedding_rows, logit_width
 
 
@@ -56,19 +56,30 @@ def _tokenizer_fits(tokenizer: Any, length: int, models: Mapping[str, Any]) -> N
             )
 
 
-def _same_tokenizers(tokenizer: Any, draft_tokenizer: Any) -> None:
+def check_shared_vocabulary(tokenizer: Any, draft_tokenizer: Any) -> None:
+    """Refuse a draft whose tokenizer differs from the target's (nothing to check when either
+    is None): before the models are loaded, where the tokenizers are known.
+
+    Raises
+    ------
+    ModelFileError
+        They differ in length or map a token to different ids (the first such id is named).
+    """
     if draft_tokenizer is None or tokenizer is None:
         return
     a, b = len(tokenizer), len(draft_tokenizer)
     if a != b:
-        raise CaptureError(
+        raise ModelFileError(
             f"the target's and the draft's tokenizers differ ({a} and {b} tokens): the two "
             "models do not share a vocabulary"
         )
-    if tokenizer.get_vocab() != draft_tokenizer.get_vocab():
-        raise CaptureError(
-            "the target's and the draft's tokenizers map tokens to different ids: the two "
-            "models do not share a vocabulary"
+    ours, theirs = tokenizer.get_vocab(), draft_tokenizer.get_vocab()
+    if ours != theirs:
+        moved = sorted((i, t) for t, i in ours.items() if theirs.get(t) != i)
+        where = f" (the first at id {moved[0][0]}, {moved[0][1]!r})" if moved else ""
+        raise ModelFileError(
+            f"the target's and the draft's tokenizers map tokens to different ids{where}: the "
+            "two models do not share a vocabulary"
         )
 
 
@@ -84,11 +95,12 @@ def plan_vocabulary(
     Raises
     ------
     CaptureError
-        The tokenizer is longer than either model's vocabulary, or the draft's own tokenizer
-        disagrees with the target's.
+        The tokenizer is longer than either model's vocabulary.
+    ModelFileError
+        The draft's own tokenizer disagrees with the target's (a :class:`CaptureError`).
     """
     widths = {"target": logit_width(target), "draft": logit_width(draft)}
-    _same_tokenizers(tokenizer, draft_tokenizer)
+    check_shared_vocabulary(tokenizer, draft_tokenizer)
     if tokenizer is not None:
         length = len(tokenizer)
         _tokenizer_fits(tokenizer, length, {"target": target, "draft": draft})

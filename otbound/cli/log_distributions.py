@@ -1,6 +1,8 @@
 """``log_distributions``: log target and draft next-token logits from two causal LMs.
 
     python scripts/log_distributions.py --target DIR --draft DIR --prompts FILE --out DUMP
+    python scripts/log_distributions.py --target T.gguf --draft D.gguf \
+        --prompts data/prompts/mt_bench.jsonl --chat-template --out DUMP
 
 For each prompt the generator (``--generator``, the target by default) samples a
 continuation; both models are then run teacher-forced over prompt + continuation and their
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from otbound.cli._common import (
+    EXIT_FAILURE,
     CommandError,
     HelpFormatter,
     OneLineParser,
@@ -42,6 +45,7 @@ _OPTION_NAMES = {
     "dtype float32": "--dtype float32",
     "store topk": "--store topk",
     "(give one,": "(pass --tokenizer,",
+    "chat_template=True": "--chat-template",
 }
 
 
@@ -53,14 +57,22 @@ def _flag(text: str) -> dict[str, Any]:
 #: The command's options, by argument group: each option's flag and ``add_argument`` keywords.
 _OPTIONS: dict[str, tuple[tuple[str, dict[str, Any]], ...]] = {
     "models": (
-        ("--target", dict(required=True, help="target model directory (or hub name); required")),
-        ("--draft", dict(required=True, help="draft model directory (or hub name)")),
+        (
+            "--target",
+            dict(
+                required=True,
+                help="target model: a Hugging Face directory, a GGUF file (*.gguf, dequantised "
+                "to --dtype; needs the gguf and accelerate packages) or a hub name; required",
+            ),
+        ),
+        ("--draft", dict(required=True, help="draft model, as --target")),
         (
             "--tokenizer",
             dict(
                 default=None,
-                help="tokenizer directory (default: the target's, when it holds one; needed for "
-                "text prompts; the logged vocabulary is cut to its length)",
+                help="tokenizer directory or GGUF file (default: the target's directory's, or "
+                "its GGUF file's; needed for text prompts; the logged vocabulary is cut to its "
+                "length)",
             ),
         ),
         (
@@ -78,8 +90,19 @@ _OPTIONS: dict[str, tuple[tuple[str, dict[str, Any]], ...]] = {
             "--prompts",
             dict(
                 required=True,
-                help='JSON lines with "text", "input_ids" or "input_tokens", or a text file (one '
-                "prompt per line)",
+                help='JSON lines with "input_ids" (or "input_tokens"), "text", "messages" (a chat: '
+                '[{"role": ..., "content": ...}]) or "turns" (MT-bench: the first turn is used), '
+                "or a text file (one prompt per line)",
+            ),
+        ),
+        (
+            "--chat-template",
+            _flag(
+                "put text, messages and turns prompts in the tokenizer's chat template, ready for "
+                "the assistant's reply (add_generation_prompt), as instruct models are used; a "
+                "text is one user message, token ids are used as given. Off by default: base "
+                "models have no template, and the text is then tokenized as it stands (as "
+                "earlier dumps were); turn it on for instruct models"
             ),
         ),
         ("--max-prompts", dict(type=int, default=None, help="use the first N prompts")),
@@ -138,10 +161,10 @@ _OPTIONS: dict[str, tuple[tuple[str, dict[str, Any]], ...]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (see ``--help``)."""
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    """The argument parser (see ``--help``); ``prog`` names the command in messages."""
     parser = OneLineParser(
-        prog=PROG,
+        prog=prog,
         description=(
             "Sample continuations of prompts and log the target's and the draft's raw "
             "next-token logits at every continuation position (teacher-forced over the same "
@@ -174,12 +197,6 @@ def _check_output(out: Path, resume: bool) -> Path:
     return writable_directory(out)
 
 
-def _draft_tokenizer(args: argparse.Namespace, capture: Any) -> Any:
-    if capture.has_tokenizer(args.draft) and Path(args.draft) != Path(args.tokenizer or ""):
-        return capture.load_tokenizer(args.draft, trust_remote_code=args.trust_remote_code)
-    return None
-
-
 def run(args: argparse.Namespace) -> int:
     """The command's body; the exit status."""
     try:
@@ -190,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
         ) from None
     out = _check_output(Path(args.out), args.resume)
     capture.quiet_transformers()
+    capture.check_gguf_paths(args.target, args.draft)
     tokenizer = capture.prompt_tokenizer(
         args.target, args.tokenizer, trust_remote_code=args.trust_remote_code
     )
@@ -198,7 +216,12 @@ def run(args: argparse.Namespace) -> int:
         "max_prompts": args.max_prompts,
         "max_prompt_tokens": args.max_prompt_tokens,
         "truncation_side": args.truncation_side,
+        "chat_template": args.chat_template,
     }
+    draft_tokenizer = capture.draft_tokenizer(
+        args.draft, args.tokenizer, target=args.target, trust_remote_code=args.trust_remote_code
+    )
+    capture.check_shared_vocabulary(tokenizer, draft_tokenizer)
     prompts = capture.read_prompts(args.prompts, tokenizer, **options)
     source = capture.prompt_file_info(args.prompts)
     load = {"dtype": args.dtype, "device": args.device, "trust_remote_code": args.trust_remote_code}
@@ -210,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
         prompts,
         out,
         tokenizer=tokenizer,
-        draft_tokenizer=_draft_tokenizer(args, capture),
+        draft_tokenizer=draft_tokenizer,
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
         top_p=args.top_p,
@@ -235,9 +258,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``log_distributions`` with ``argv`` (default: ``sys.argv[1:]``); the exit status."""
-    args = build_parser().parse_args(argv)
+def _exit_status(exc: Exception) -> int:
+    """The status for a library refusal: 2 for an unusable model file or pair (as for unusable
+    arguments), else 1."""
+    return int(getattr(exc, "exit_status", EXIT_FAILURE))
+
+
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    """Run ``log_distributions`` with ``argv`` (default: ``sys.argv[1:]``); the exit status.
+
+    ``prog`` names the command in its help and messages (``otbound`` runs it too).
+    """
+    args = build_parser(prog).parse_args(argv)
     args.argv = None if argv is None else list(argv)
 
     def work() -> int:
@@ -246,12 +278,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (CommandError, OSError, ImportError):
             raise
         except ValueError as exc:
-            raise CommandError(_cli_words(str(exc))) from None
+            raise CommandError(_cli_words(str(exc)), _exit_status(exc)) from None
         except Exception as exc:  # a model's own failure: still one line, no traceback
             text = str(exc).strip().splitlines()
             raise CommandError(f"{type(exc).__name__}: {text[0] if text else ''}") from None
 
-    return run_command(PROG, work)
+    return run_command(prog, work)
 
 
 if __name__ == "__main__":

@@ -59,10 +59,10 @@ _DEFAULT_VERIFIERS = "rrs,rrs_without_replacement,spechub,greedy,kseq"
 _PARAMETERS = re.compile(r"\b(max_new_tokens|max_prompt_tokens|max_prompts|batch_size|trees)\b")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (see ``--help``)."""
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    """The argument parser (see ``--help``); ``prog`` names the command in messages."""
     parser = OneLineParser(
-        prog=PROG,
+        prog=prog,
         description=(
             "Tree speculative decoding with a draft and a target model: tokens per target call "
             "of each verifier on each draft tree, with 95% intervals, beside the prediction "
@@ -71,17 +71,29 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
     )
     add = parser.add_argument
-    add("--target", default=str(SAMPLE_TARGET), help="target model directory (or hub name)")
-    add("--draft", default=str(SAMPLE_DRAFT), help="draft model directory (or hub name)")
+    add(
+        "--target",
+        default=str(SAMPLE_TARGET),
+        help="target model: a Hugging Face directory, a GGUF file (*.gguf, dequantised to "
+        "float32) or a hub name",
+    )
+    add("--draft", default=str(SAMPLE_DRAFT), help="draft model, as --target")
     add(
         "--tokenizer",
         default=None,
-        help="tokenizer for text prompts (default: the target's, when its directory has one)",
+        help="tokenizer for text prompts (default: the target's directory's or GGUF file's)",
     )
     add(
         "--prompts",
         default=str(SAMPLE_PROMPTS),
-        help='JSON lines with "text", "input_ids" or "input_tokens", or a text file',
+        help='JSON lines with "input_ids" (or "input_tokens"), "text", "messages" or "turns" '
+        "(MT-bench: the first turn), or a text file",
+    )
+    add(
+        "--chat-template",
+        action="store_true",
+        help="put text and chat prompts in the tokenizer's chat template (add_generation_prompt),"
+        " as instruct models are used; off by default: base models have no template",
     )
     add("--max-prompts", type=int, default=8, help="use the first N prompts")
     add(
@@ -152,7 +164,7 @@ def format_table(summary: pd.DataFrame) -> str:
     return rows[cols].round(3).fillna("").to_string(index=False)
 
 
-def _write(result, out: Path) -> list[Path]:
+def _write(result, out: Path, models: dict | None = None) -> list[Path]:
     from otbound.plots import save_figure
     from otbound.plots_trees import tokens_per_call_vs_tree_size
 
@@ -170,6 +182,7 @@ def _write(result, out: Path) -> list[Path]:
         "verifiers": list(dict.fromkeys(result.summary["verifier"])),
         "trees": [spec.name for spec in result.trees],
         "resumed_pairs": result.resumed,
+        "models": models,
         "files": [p.name for p in written],
     }
     write_json(out / RUN_FILE, record)
@@ -211,15 +224,21 @@ def run(args: argparse.Namespace) -> int:
     if not args.resume:
         _start_afresh(out)
     capture.quiet_transformers()
+    capture.check_gguf_paths(args.target, args.draft)
+    tokenizer = capture.prompt_tokenizer(args.target, args.tokenizer)
+    own = capture.draft_tokenizer(args.draft, args.tokenizer, target=args.target)
+    capture.check_shared_vocabulary(tokenizer, own)
     prompts = capture.read_prompts(
         args.prompts,
-        capture.prompt_tokenizer(args.target, args.tokenizer),
+        tokenizer,
         max_prompts=args.max_prompts,
         max_prompt_tokens=args.max_prompt_tokens,
         truncation_side=args.truncation_side,
+        chat_template=args.chat_template,
     )
     target = capture.load_model(args.target, "float32", args.device)
     draft = capture.load_model(args.draft, "float32", args.device)
+    models = {"target": capture.model_entry(target), "draft": capture.model_entry(draft)}
     result = run_tree_decoding(
         target,
         draft,
@@ -237,7 +256,7 @@ def run(args: argparse.Namespace) -> int:
         kv_cache=not args.no_kv_cache,
         parts_dir=out / PARTS_DIR,
     )
-    written = _write(result, out)
+    written = _write(result, out, models)
     if not args.quiet:
         print(format_table(result.summary))
         if result.resumed:
@@ -267,9 +286,12 @@ def _reason(exc: Exception) -> str:
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``simulate_trees`` with ``argv`` (default: ``sys.argv[1:]``); the exit status."""
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    """Run ``simulate_trees`` with ``argv`` (default: ``sys.argv[1:]``); the exit status.
+
+    ``prog`` names the command in its help and messages (``otbound`` runs it too).
+    """
+    args = build_parser(prog).parse_args(argv)
 
     def work() -> int:
         try:
@@ -277,9 +299,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (CommandError, OSError, ImportError):
             raise
         except Exception as exc:  # bad input (ValueError) or a model's own failure
-            raise CommandError(_reason(exc)) from None
+            raise CommandError(_reason(exc), int(getattr(exc, "exit_status", 1))) from None
 
-    return run_command(PROG, work)
+    return run_command(prog, work)
 
 
 if __name__ == "__main__":
