@@ -54,10 +54,10 @@ _OPTION_NAMES = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (see ``--help``)."""
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    """The argument parser (see ``--help``); ``prog`` names the command in messages."""
     parser = OneLineParser(
-        prog=PROG,
+        prog=prog,
         description=(
             "Optimal acceptance rate α* of each draft design and each verifier's acceptance, "
             "for every step of a dump of target/draft logits; tables, figures and a summary."
@@ -173,8 +173,9 @@ def open_input(args: argparse.Namespace) -> Dump:
     path = Path(args.dump) if args.dump is not None else SAMPLE_DUMP
     if args.dump is None and not path.exists():
         raise CommandError(
-            f"no DUMP given and the sample dump is missing ({path}); it ships with the source "
-            "tree: pass the path of a dump"
+            f"no DUMP given and the sample dump is missing ({path}): the sample ships with the "
+            "source tree (data/sample in a clone of otbound), not with the installed package; "
+            "pass the path of a dump"
         )
     return open_dump(
         path,
@@ -321,7 +322,7 @@ def _cli_words(text: str) -> str:
     return text
 
 
-def skipped_cells_line(result: RunResult) -> str | None:
+def skipped_cells_line(result: RunResult, prog: str = PROG) -> str | None:
     """One line counting the cells without a row, by reason (None when there are none)."""
     cells = result.skipped_cells
     if cells is None or cells.empty:
@@ -330,28 +331,28 @@ def skipped_cells_line(result: RunResult) -> str | None:
     several = result.summary is not None and result.summary["temperature"].nunique() > 1
     grid = "(step, temperature, n, design, verifier)" if several else "(step, n, design, verifier)"
     return (
-        f"{PROG}: skipped {len(cells):,} of {result.cells:,} {grid} cells: {reasons} "
+        f"{prog}: skipped {len(cells):,} of {result.cells:,} {grid} cells: {reasons} "
         f"(listed in {SKIPPED_FILE})"
     )
 
 
-def report(result: RunResult, quiet: bool) -> int:
+def report(result: RunResult, quiet: bool, prog: str = PROG) -> int:
     """Print the outcome; the exit status."""
     if result.skipped.size:
         print(
-            f"{PROG}: skipped {result.skipped.size} bad step(s) (NaN or infinite logits): "
+            f"{prog}: skipped {result.skipped.size} bad step(s) (NaN or infinite logits): "
             f"{describe_steps(result.skipped)}",
             file=sys.stderr,
         )
     if result.failures:
         bad = "; ".join(f"{k}: {_cli_words(v)}" for k, v in result.failures.items())
         print(
-            f"{PROG}: error: {len(result.failures)} shard(s) failed ({bad}); the other shards' "
+            f"{prog}: error: {len(result.failures)} shard(s) failed ({bad}); the other shards' "
             f"results are kept in {result.out / 'shards'}: fix the dump and rerun with --resume",
             file=sys.stderr,
         )
         return EXIT_FAILURE
-    line = skipped_cells_line(result)
+    line = skipped_cells_line(result, prog)
     if line is not None:
         print(line, file=sys.stderr)
     if not quiet and result.summary is not None:
@@ -362,9 +363,12 @@ def report(result: RunResult, quiet: bool) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``compute_bounds`` with ``argv`` (default: ``sys.argv[1:]``); the exit status."""
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    """Run ``compute_bounds`` with ``argv`` (default: ``sys.argv[1:]``); the exit status.
+
+    ``prog`` names the command in its help and messages (``otbound bounds`` runs it too).
+    """
+    args = build_parser(prog).parse_args(argv)
 
     def work() -> int:
         dump = open_input(args)
@@ -387,9 +391,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except AnalysisError as exc:  # a bug, not bad input: the traceback, then one line
             print(exc.traceback, end="", file=sys.stderr)
             raise CommandError(str(exc)) from None
-        return report(result, args.quiet)
+        return report(result, args.quiet, prog)
 
-    return run_command(PROG, work)
+    return run_command(prog, work)
 
 
 if __name__ == "__main__":
