@@ -19,6 +19,7 @@ import math
 import numbers
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -70,7 +71,7 @@ def _design_name(verifier: object) -> str:
 
 
 def _run(
-    verifier: object, p: np.ndarray, q: np.ndarray, n: int, trials: int, seed: int
+    verifier: object, p: np.ndarray, q: np.ndarray, n: int, trials: int, seed: object
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Output tokens (and acceptance flags where known) from ``simulate`` or ``verify``."""
     simulate = getattr(verifier, "simulate", None)
@@ -87,7 +88,7 @@ def _run(
                 f"expected ({trials},)"
             )
         return tokens, None if accepted is None else np.asarray(accepted, dtype=bool)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed)  # type: ignore[arg-type]  # any seed simulate accepts
     drafts = sample_drafts(get_design(verifier.design), q, n, trials, rng)  # type: ignore[attr-defined]
     tokens = np.empty(trials, dtype=np.int64)
     accepted = np.empty(trials, dtype=bool)
@@ -98,7 +99,9 @@ def _run(
     return tokens, accepted
 
 
-def _validate_step(verifier: object, p: object, q: object, n: object):
+def _validate_step(
+    verifier: object, p: object, q: object, n: object
+) -> tuple[np.ndarray, np.ndarray, int]:
     n = as_num_drafts(n)
     spec = get_design(verifier.design)  # type: ignore[attr-defined]
     p_arr, q_arr = as_distribution_pair(p, q, q_min_ndim=2 if spec.slot_axis else 1)
@@ -400,7 +403,7 @@ class _SkippedRecord:
 
     __hash__ = None  # type: ignore[assignment]
 
-    def __deepcopy__(self, memo: dict) -> _SkippedRecord:
+    def __deepcopy__(self, memo: dict[int, object]) -> _SkippedRecord:
         return self  # never modified: the frame goes out as a copy
 
     def __repr__(self) -> str:
@@ -643,7 +646,7 @@ def compare(
     applies = {key: reasons == "" for key, reasons in why.items()}
     star_designs = [d for d in designs_all if not get_design(d).slot_axis]
     table = _alpha_star_table(p2, q2, ns, star_designs, bound, applies)
-    rows: list[dict] = []
+    rows: list[dict[str, object]] = []
     skipped: list[tuple[int, int, str, str, str]] = []
     for k in ns:
         for vi, (v, d) in enumerate(zip(objs, vdesigns, strict=True)):
@@ -698,7 +701,19 @@ def _skipped_frame(records: list[tuple[int, int, str, str, str]]) -> pd.DataFram
     return frame.reset_index(drop=True)
 
 
-def _verifier_row(v, design, p, q, n, step, star, trials, seed, index, level) -> dict | str:
+def _verifier_row(
+    v: Any,
+    design: str,
+    p: np.ndarray,
+    q: np.ndarray,
+    n: int,
+    step: int,
+    star: float,
+    trials: int,
+    seed: int,
+    index: int,
+    level: float,
+) -> dict[str, object] | str:
     """The verifier's row at one step, or the reason it has none (:data:`SKIP_VERIFIER`,
     :data:`SKIP_NO_TRIALS`)."""
     applies = getattr(v, "applies", None)

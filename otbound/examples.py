@@ -8,6 +8,8 @@ seen with real draft/target pairs (0.4-0.9).
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import pandas as pd
 from scipy.special import softmax
@@ -39,20 +41,20 @@ def example_steps(vocab: int = 32_000, seed: int = 0) -> tuple[list[str], np.nda
 
 def bounds_table(
     ns: tuple[int, ...] = (1, 2, 4, 8),
-    designs: tuple[str, ...] = tuple(d for d in DESIGNS if d != "per_slot"),
+    designs: tuple[str, ...] = tuple(d for d in DESIGNS if d != "per_slot"),  # type: ignore[name-defined]  # mypy's scope bug
 ) -> pd.DataFrame:
     """``α*`` of every example step by design and ``n``: a tidy table (step, design, n, alpha_star).
 
     Designs that are not defined for some ``n`` (``hub`` is ``n = 2`` only) get no row there.
     """
     names, p, q = example_steps()
-    rows = []
+    rows: list[dict[str, object]] = []
     for design in designs:
         spec = get_design(design)
         for n in ns:
             if spec.fixed_n is not None and n != spec.fixed_n:
                 continue
-            alpha = optimal_acceptance(p, q, n=n, design=design)
+            alpha = cast("np.ndarray", optimal_acceptance(p, q, n=n, design=design))  # p is 2-D
             rows.extend(
                 {"step": name, "design": design, "n": n, "alpha_star": float(a)}
                 for name, a in zip(names, alpha, strict=True)

@@ -15,11 +15,14 @@ import os
 import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
+from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from numpy.typing import ArrayLike
 
 from otbound._files import atomic_output
 from otbound.verifiers import VERIFIERS
@@ -34,7 +37,12 @@ DESIGN_TITLES: dict[str, str] = {
     "hub": "hub pairs (SpecHub)",
 }
 
-_BOUND_STYLE = {"color": "black", "linestyle": "--", "marker": "s", "linewidth": 1.6}
+_BOUND_STYLE: dict[str, Any] = {
+    "color": "black",
+    "linestyle": "--",
+    "marker": "s",
+    "linewidth": 1.6,
+}
 _DPI = 150
 
 
@@ -66,7 +74,7 @@ def _legend_order(label: str) -> tuple[int, int, str]:
 
 
 def _legend(fig: Figure, axes: Iterable[Axes]) -> None:
-    handles: dict[str, object] = {}
+    handles: dict[str, Artist] = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             handles.setdefault(label, handle)
@@ -98,7 +106,9 @@ def _only(frame: pd.DataFrame, column: str, value: float | None, what: str) -> p
     return picked
 
 
-def _interval_band(ax: Axes, x, low, high, color: str, alpha: float = 0.15) -> None:
+def _interval_band(
+    ax: Axes, x: ArrayLike, low: ArrayLike, high: ArrayLike, color: str, alpha: float = 0.15
+) -> None:
     low, high = np.asarray(low, float), np.asarray(high, float)
     ok = ~(np.isnan(low) | np.isnan(high))
     if ok.any():
@@ -116,7 +126,7 @@ def _draw_series(ax: Axes, part: pd.DataFrame, x: str) -> None:
             ax, bound[x], bound["alpha_star_ci_low"], bound["alpha_star_ci_high"], "black"
         )
     elif not bound.empty:  # truncated rows: the certified interval, not a value
-        style = {**_BOUND_STYLE, "marker": "v"}
+        style: dict[str, Any] = {**_BOUND_STYLE, "marker": "v"}
         ax.plot(bound[x], bound["alpha_star_upper"], label="α* upper (top-k rows)", **style)
         ax.plot(
             bound[x],

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from matplotlib.artist import Artist
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
@@ -25,7 +27,7 @@ FAMILY_TITLES: dict[str, str] = {
 }
 
 #: Line style and legend name of each design's bound (all black).
-_BOUND_STYLES: dict[str, tuple[str, str]] = {
+_BOUND_STYLES: dict[str, tuple[str | tuple[int, tuple[float, ...]], str]] = {
     "iid": ("-", "i.i.d."),
     "without_replacement": ("--", "without repl."),
     "hub": ((0, (6, 1.5, 1, 1.5, 1, 1.5)), "hub"),
@@ -41,7 +43,7 @@ def _families(frame: pd.DataFrame) -> list[str]:
     return sorted(present, key=lambda f: (order.index(f) if f in order else len(order), f))
 
 
-def _draw_bounds(ax, part: pd.DataFrame) -> None:
+def _draw_bounds(ax: Axes, part: pd.DataFrame) -> None:
     """One black line per design: the bound averaged over that design's verifiers."""
     if "bound" not in part or part["bound"].isna().all():
         return
@@ -60,7 +62,7 @@ def _draw_bounds(ax, part: pd.DataFrame) -> None:
         )
 
 
-def _draw_verifier(ax, rows: pd.DataFrame, name: str, shift: float) -> None:
+def _draw_verifier(ax: Axes, rows: pd.DataFrame, name: str, shift: float) -> None:
     """Measured (solid, markers, 95% error bars) and predicted (dotted, crosses) tokens per
     call; ``shift`` moves the verifier's points sideways (a factor on the log axis) so that
     the error bars of verifiers on the same tree do not hide each other."""
@@ -96,9 +98,9 @@ def _draw_verifier(ax, rows: pd.DataFrame, name: str, shift: float) -> None:
         )
 
 
-def _legend(fig: Figure, axes: list) -> None:
+def _legend(fig: Figure, axes: list[Axes]) -> None:
     """Verifiers, then one entry for the predictions, then the bounds; below the panels."""
-    handles: dict[str, object] = {}
+    handles: dict[str, Artist] = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             handles.setdefault(label, handle)

@@ -8,10 +8,10 @@ import math
 import numbers
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from otbound.drafts import DESIGNS, get_design
-from otbound.verifiers import VERIFIERS, get_verifier
+from otbound.verifiers import VERIFIERS, BaseVerifier, get_verifier
 
 #: Designs a dump can be analysed under: those with one draft distribution per step
 #: (``per_slot`` needs one per draft slot, which a dump does not hold).
@@ -26,7 +26,7 @@ DEFAULT_N: tuple[int, ...] = (2, 3, 4, 8)
 
 def verifier_design(name: str) -> str:
     """The draft design a shipped verifier runs under (its default)."""
-    return str(get_verifier(name).design)
+    return str(cast(BaseVerifier, get_verifier(name)).design)
 
 
 #: Shipped verifiers left out unless named: ``optimal`` samples from the LP's transport plan,
@@ -43,7 +43,7 @@ def verifiers_for(designs: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _positive_ints(values: object, name: str) -> tuple[int, ...]:
-    out = tuple(values)  # type: ignore[arg-type]
+    out: tuple[Any, ...] = tuple(values)  # type: ignore[arg-type]
     if not out or any(
         isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1 for v in out
     ):

@@ -165,7 +165,7 @@ class _ShardStore:
         """The finished shard's record, or None if it is not finished for this run."""
         table, cells, marker = self._paths(shard_id)
         try:
-            record = json.loads(marker.read_text(encoding="utf-8"))
+            record: dict[str, Any] = json.loads(marker.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
         if record.get("run_key") != self.run_key or not (table.is_file() and cells.is_file()):
@@ -239,7 +239,7 @@ def _on_dask(
             "running on a dask cluster needs dask.distributed: pip install 'otbound[dask]'"
         ) from None
     try:
-        client = Client(address, set_as_default=False, timeout="20s")
+        client = Client(address, set_as_default=False, timeout="20s")  # type: ignore[no-untyped-call]
     except OSError as exc:
         raise OSError(f"cannot reach the dask scheduler at {address}: {exc}") from None
     run = uuid.uuid4().hex[:8]
@@ -248,14 +248,14 @@ def _on_dask(
             client.submit(analyse_shard, dump, i, config, key=f"otbound-{run}-shard-{i}"): i
             for i in pending
         }
-        for future in dask_completed(list(futures), loop=client.loop):
+        for future in dask_completed(list(futures), loop=client.loop):  # type: ignore[no-untyped-call]
             index = futures[future]
             try:
                 yield index, future.result()
             except Exception as exc:
                 yield index, exc
     finally:
-        client.close()
+        client.close()  # type: ignore[no-untyped-call]
 
 
 def _describe(exc: BaseException) -> str:

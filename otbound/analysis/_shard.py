@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -96,8 +97,8 @@ def _full_rows(
     """Exact ``α*`` and verifier rows for full-vocabulary rows; the bad steps dropped; the
     cells without a row (:func:`otbound.evaluate.skipped_cells`)."""
     dist = prepare_distributions(
-        data.target[rows],
-        data.draft[rows],
+        cast(np.ndarray, data.target)[rows],  # full rows: arrays, not TopKRows
+        cast(np.ndarray, data.draft)[rows],
         temperature=temperature,
         top_k=config.top_k,
         top_p=config.top_p,
@@ -136,8 +137,8 @@ def _interval_rows(
     for n in config.n:
         for design in config.designs:
             iv = acceptance_interval(
-                data.target.take(index),  # type: ignore[union-attr]
-                data.draft.take(index),  # type: ignore[union-attr]
+                data.target.take(index),
+                data.draft.take(index),
                 n,
                 design,
                 temperature=temperature,

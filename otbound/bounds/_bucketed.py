@@ -25,7 +25,7 @@ _SHIFT = 52 - 6
 
 
 @numba.njit(cache=True, parallel=True)
-def _kernel(p, q, n, best_out, chosen_out):  # pragma: no cover - compiled
+def _kernel(p, q, n, best_out, chosen_out):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     rows, vocab = p.shape
     shift = np.uint64(_SHIFT)
     for row in numba.prange(rows):

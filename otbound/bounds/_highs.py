@@ -62,9 +62,9 @@ def _new_highs() -> highspy.Highs:
     construction, whatever ``output_flag`` says) is kept off the user's terminal."""
     global _banner_shown
     if _banner_shown:
-        return highspy.Highs()
+        return highspy.Highs()  # type: ignore[no-untyped-call]
     with _stdout_silenced():
-        highs = highspy.Highs()
+        highs = highspy.Highs()  # type: ignore[no-untyped-call]
     _banner_shown = True
     return highs
 

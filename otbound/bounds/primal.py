@@ -64,7 +64,8 @@ class SetProblem:
 
     @property
     def vocab(self) -> int:
-        return self.p.shape[0]
+        vocab: int = self.p.shape[0]
+        return vocab
 
     def incidence(self) -> sp.csc_array:
         """The (m + V, k) matrix with a one in rows ``S`` and ``m + y`` of the column of each cell.
@@ -158,7 +159,8 @@ def _shrink(x: np.ndarray, group: np.ndarray, cap: np.ndarray, what: str) -> np.
     ratio = np.ones_like(cap)
     over = total > cap
     ratio[over] = cap[over] / total[over]
-    return x * ratio[group]
+    scaled: np.ndarray = x * ratio[group]
+    return scaled
 
 
 def _feasible_cells(prob: SetProblem, x: np.ndarray) -> np.ndarray:
@@ -213,7 +215,7 @@ class PrimalResult:
         on cells ``y ∈ S`` (else the plan could be augmented), so the membership mass of the
         full plan is still ``α*``; its row sums are ``Q(S)`` and its column sums ``p(y)``.
         """
-        dense = self.plan.toarray()
+        dense: np.ndarray = self.plan.toarray()
         row_left = clip_rounding(self.set_probs - dense.sum(axis=1), 0.0, 1.0, "Q(S) − sent")
         col_left = clip_rounding(self.p - dense.sum(axis=0), 0.0, 1.0, "p(y) − received")
         # Both residuals carry 1 − α*; split the rounding difference so both marginals hold.

@@ -54,13 +54,13 @@ def solve_primal_cvxpy(
     incidence = prob.incidence()  # rows: the m sets, then the V tokens; columns: cells y ∈ S
     plan = cp.Variable(prob.cell_set.size, nonneg=True)  # C[S, y] for the cells y ∈ S
     problem = cp.Problem(
-        cp.Maximize(cp.sum(plan)),
+        cp.Maximize(cp.sum(plan)),  # type: ignore[attr-defined]
         [
             incidence[:m] @ plan <= prob.set_probs,  # each set S sends at most Q(S)
             incidence[m:] @ plan <= prob.p,  # each token y receives at most p(y)
         ],
     )
-    problem.solve(solver=cp.HIGHS, presolve="off")
+    problem.solve(solver=cp.HIGHS, presolve="off")  # type: ignore[no-untyped-call]
     if problem.status != cp.OPTIMAL:
         raise LPError(f"solve_primal_cvxpy: cvxpy status {problem.status!r}, not optimal")
     return float(clip_rounding(problem.value, 0.0, 1.0, "solve_primal_cvxpy: α*", tol=LP_SLACK))

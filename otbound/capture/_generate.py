@@ -194,9 +194,9 @@ def teacher_forced_logits(
     """
     if len(num_rows) != len(sequences):
         raise ValueError(f"{len(sequences)} sequences but {len(num_rows)} row counts")
-    for seq, rows in zip(sequences, num_rows, strict=True):
-        if not 1 <= rows < len(seq):
-            raise ValueError(f"num_rows must be in [1, {len(seq) - 1}], got {rows}")
+    for seq, count in zip(sequences, num_rows, strict=True):
+        if not 1 <= count < len(seq):
+            raise ValueError(f"num_rows must be in [1, {len(seq) - 1}], got {count}")
     keep = max(num_rows)
     ids, mask, positions = left_pad([list(s)[:-1] for s in sequences], _model_device(model))
     out = _call(

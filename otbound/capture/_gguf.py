@@ -286,7 +286,7 @@ def _supported_architectures() -> set[str] | None:
         return None
     found = set(GGUF_SUPPORTED_ARCHITECTURES)
     try:
-        from transformers.integrations.gguf import GGUF_ARCHS
+        from transformers.integrations.gguf import GGUF_ARCHS  # type: ignore[attr-defined]
     except ImportError:
         return found
     return found | set(GGUF_ARCHS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -99,7 +100,7 @@ def _quiet_gguf_bars() -> Iterator[None]:
     from transformers.utils import logging as hf_logging
 
     try:
-        import transformers.modeling_gguf_pytorch_utils as reader
+        reader: Any = importlib.import_module("transformers.modeling_gguf_pytorch_utils")
     except ImportError:
         reader = None
     if reader is None or hf_logging.is_progress_bar_enabled():
@@ -188,7 +189,7 @@ def load_model(
     target_device = resolve_device(device)
     if is_gguf(path):
         with out_of_memory_guard(None, "loading the model"):
-            model = _load_gguf_model(path, torch_dtype, trust_remote_code)
+            model: Any = _load_gguf_model(path, torch_dtype, trust_remote_code)
             model.to(target_device)
         return model.eval()
     source, local = _model_source(path)
@@ -338,8 +339,8 @@ def quiet_transformers() -> None:
     """No loading bars or advisory logging from transformers on stderr."""
     from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
 
 
 def model_name(model: Any) -> str:
@@ -383,7 +384,8 @@ def eos_token_ids(model: Any, tokenizer: Any = None) -> list[int]:
 
 
 def _model_device(model: Any) -> torch.device:
-    return next(model.parameters()).device
+    device: torch.device = next(model.parameters()).device
+    return device
 
 
 def _dtype_name(model: Any) -> str:

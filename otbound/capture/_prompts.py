@@ -68,13 +68,15 @@ def prompt_format(path: str | Path) -> str:
 
 
 def _token_list(value: object, where: str, key: str) -> list[int]:
-    ok = isinstance(value, list) and value
-    ok = ok and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
-    if not ok:
+    if not (
+        isinstance(value, list)
+        and value
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
+    ):
         raise CaptureError(
             f"{where}: {key!r} must be a non-empty list of token ids (integers >= 0)"
         )
-    return list(value)  # type: ignore[arg-type]
+    return list(value)
 
 
 def _nonempty_text(value: object, where: str, what: str) -> str:

@@ -10,7 +10,7 @@ import tempfile
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TextIO, TypeVar
 
 T = TypeVar("T")
 
@@ -50,7 +50,14 @@ def _one_line(text: object) -> str:
 
 
 def _warning_printer(prog: str) -> Callable[..., None]:
-    def show(message, category, filename, lineno, file=None, line=None) -> None:
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
         print(f"{prog}: warning: {_one_line(message)}", file=sys.stderr)
 
     return show

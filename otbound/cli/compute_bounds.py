@@ -249,7 +249,9 @@ def make_config(args: argparse.Namespace, dump: Dump) -> AnalysisConfig:
         raise CommandError(text) from None
 
 
-def _check_topk(dump: Dump, designs: list[str], verifiers, temperatures) -> None:
+def _check_topk(
+    dump: Dump, designs: list[str], verifiers: list[str] | None, temperatures: list[float]
+) -> None:
     """Refuse what cannot be computed exactly or certified on truncated (top-k) rows."""
     k = dump.topk
     uncertified = [d for d in designs if d not in INTERVAL_DESIGNS]

@@ -21,8 +21,9 @@ import argparse
 import contextlib
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -37,6 +38,9 @@ from otbound.cli._common import (
     writable_directory,
 )
 from otbound.verifiers import VERIFIERS
+
+if TYPE_CHECKING:
+    from otbound.tree_decoding import TreeDecodingResult
 
 PROG = "simulate_trees"
 
@@ -161,10 +165,12 @@ def format_table(summary: pd.DataFrame) -> str:
     rows.loc[~rows["applicable"], "note"] = "not applicable"
     cols = ["verifier", "tree", "nodes", "calls", "tokens_per_call", "95% interval"]
     cols += ["predicted", "bound", "note"]
-    return rows[cols].round(3).fillna("").to_string(index=False)
+    return str(rows[cols].round(3).fillna("").to_string(index=False))
 
 
-def _write(result, out: Path, models: dict | None = None) -> list[Path]:
+def _write(
+    result: TreeDecodingResult, out: Path, models: Mapping[str, object] | None = None
+) -> list[Path]:
     from otbound.plots import save_figure
     from otbound.plots_trees import tokens_per_call_vs_tree_size
 

@@ -184,7 +184,10 @@ class TopKRows:
     def probabilities(self) -> np.ndarray:
         """Known probabilities ``exp(ℓ − lse)``, float64, shape (steps, K)."""
         with np.errstate(invalid="ignore", over="ignore"):
-            return np.exp(np.asarray(self.logits, dtype=np.float64) - self.logsumexp[:, None])
+            probs: np.ndarray = np.exp(
+                np.asarray(self.logits, dtype=np.float64) - self.logsumexp[:, None]
+            )
+        return probs
 
     def tail_mass(self) -> np.ndarray:
         """``1 − Σ exp(ℓ − lse)`` per row, clipped to ``[0, 1]``; exactly 0 for complete rows.
@@ -192,7 +195,7 @@ class TopKRows:
         No threshold: a computed tail of ``1e-13`` is a tail of ``1e-13`` (give or take the
         rounding bounded by :meth:`rounding_allowance`).
         """
-        tail = np.clip(1.0 - self.probabilities().sum(axis=1), 0.0, 1.0)
+        tail: np.ndarray = np.clip(1.0 - self.probabilities().sum(axis=1), 0.0, 1.0)
         tail[self.complete] = 0.0
         return tail
 
@@ -230,7 +233,8 @@ class TopKRows:
         rho = u_logits * size + u * (3 * size + 2 * log_v + 5)
         with np.errstate(invalid="ignore", over="ignore"):
             total = self.probabilities().sum(axis=1)
-        return 2.0 * (rho + self.k * u) * np.where(np.isfinite(total), total, 0.0)
+        allowance: np.ndarray = 2.0 * (rho + self.k * u) * np.where(np.isfinite(total), total, 0.0)
+        return allowance
 
     def take(self, rows: np.ndarray | slice) -> TopKRows:
         """The rows selected by an index, slice or boolean mask."""

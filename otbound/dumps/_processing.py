@@ -45,7 +45,7 @@ def _as_rows(x: object, name: str) -> np.ndarray:
     if arr.ndim == 1:
         arr = arr[None, :]
     if arr.ndim != 2 or arr.shape[1] == 0:
-        raise DumpError(f"{name} must have shape (steps, V) with V >= 1, got {np.shape(x)}")
+        raise DumpError(f"{name} must have shape (steps, V) with V >= 1, got {np.shape(x)}")  # type: ignore[call-overload]
     if arr.dtype.kind not in "fiu":
         raise DumpError(f"{name} must be numeric, got dtype {arr.dtype}")
     return arr
@@ -189,7 +189,7 @@ def _top_p_mask(probs: np.ndarray, top_p: float) -> np.ndarray:
     before = np.cumsum(ranked, axis=1) - ranked
     keep_ranked = before < top_p
     keep_ranked[:, 0] = True
-    keep = np.empty_like(keep_ranked)
+    keep: np.ndarray = np.empty_like(keep_ranked)
     np.put_along_axis(keep, order, keep_ranked, axis=1)
     return keep
 

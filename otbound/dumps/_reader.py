@@ -269,12 +269,14 @@ class Dump:
     @property
     def target_vocab_size(self) -> int | None:
         """Width of the target's rows (its full vocabulary for top-k storage)."""
-        return self._manifest["target_vocab_size"]
+        size: int | None = self._manifest["target_vocab_size"]
+        return size
 
     @property
     def draft_vocab_size(self) -> int | None:
         """Width of the draft's rows (its full vocabulary for top-k storage)."""
-        return self._manifest["draft_vocab_size"]
+        size: int | None = self._manifest["draft_vocab_size"]
+        return size
 
     @property
     def vocab_size(self) -> int | None:
@@ -513,7 +515,8 @@ class _Arrays:
             return self._loaded[key]
         try:
             with np.load(self.path, allow_pickle=False) as npz:
-                return npz[key]
+                arr: np.ndarray = npz[key]
+                return arr
         except (OSError, ValueError, zipfile.BadZipFile) as exc:
             raise DumpError(f"{self.path}: cannot read array {key!r} ({exc})") from exc
 

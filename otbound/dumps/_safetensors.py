@@ -21,12 +21,12 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
 #: safetensors dtype code -> numpy dtype (``BF16`` is read as raw ``uint16`` bits).
-_NUMPY_OF = {
+_NUMPY_OF: dict[str, np.dtype[Any]] = {
     "F64": np.dtype("<f8"),
     "F32": np.dtype("<f4"),
     "F16": np.dtype("<f2"),
@@ -67,7 +67,7 @@ def float32_to_bf16_bits(values: np.ndarray) -> np.ndarray:
     """
     bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
     rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
-    out = rounded.astype(np.uint16)
+    out: np.ndarray = rounded.astype(np.uint16)
     nan = np.isnan(np.asarray(values, dtype=np.float32))
     if np.any(nan):
         out[nan] = ((bits[nan] >> np.uint32(16)) | np.uint32(0x0040)).astype(np.uint16)
@@ -247,4 +247,5 @@ def write_safetensors(
     for arr in arrays.values():
         little = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
         if little.nbytes:
-            f.write(memoryview(np.ascontiguousarray(little)).cast("B"))
+            # numpy types ndarray as a Buffer from Python 3.12 only
+            f.write(memoryview(np.ascontiguousarray(little)).cast("B"))  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ see :func:`topk_interval`. Other designs are refused.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -35,6 +36,11 @@ from otbound.dumps._processing import (
 INTERVAL_DESIGNS = ("iid",)
 
 
+def _complete(rows: TopKRows) -> np.ndarray:
+    """``rows.complete``: ``TopKRows`` always sets it to a bool array (``None`` is an input)."""
+    return cast(np.ndarray, rows.complete)
+
+
 def _mass_error(rows: TopKRows) -> np.ndarray:
     """``Σ exp(ℓ − lse) − 1`` where it is impossible beyond rounding, else 0 (NaN: unknown).
 
@@ -44,7 +50,7 @@ def _mass_error(rows: TopKRows) -> np.ndarray:
     with np.errstate(invalid="ignore", over="ignore"):
         error = rows.probabilities().sum(axis=1) - 1.0
         allowed = rows.rounding_allowance()
-        fine = (error <= allowed) & (~rows.complete | (error >= -allowed))
+        fine = (error <= allowed) & (~_complete(rows) | (error >= -allowed))
     return np.where(fine, 0.0, error)
 
 
@@ -75,7 +81,7 @@ def find_bad_topk_steps(rows: TopKRows) -> np.ndarray:
     numpy.ndarray of bool, shape (steps,)
     """
     logits = np.asarray(rows.logits, dtype=np.float64)
-    bad = np.any(np.isnan(logits) | np.isposinf(logits), axis=1)
+    bad: np.ndarray = np.any(np.isnan(logits) | np.isposinf(logits), axis=1)
     bad |= ~np.isfinite(rows.logsumexp)
     bad |= np.any((rows.ids < 0) | (rows.ids >= rows.vocab_size), axis=1)
     if rows.k > 1:
@@ -161,7 +167,7 @@ def process_topk(
     logits = np.asarray(rows.logits, dtype=np.float64)
     zeros = np.zeros(rows.num_steps)
     done = np.ones(rows.num_steps, dtype=bool)
-    open_tail = ~rows.complete  # a tail that is not known to be empty, however small
+    open_tail = ~_complete(rows)  # a tail that is not known to be empty, however small
     if temperature == 0:
         peak = logits.max(axis=1, keepdims=True)
         tied = logits == peak
@@ -235,8 +241,8 @@ def _merge_rows(target: TopKRows, draft: TopKRows, step_ids: np.ndarray) -> tupl
     p[second] = 0.0
     q[second] = 0.0
     # with an empty tail, a token the model did not store has probability zero: known
-    p[np.isnan(p) & target.complete[:, None]] = 0.0
-    q[np.isnan(q) & draft.complete[:, None]] = 0.0
+    p[np.isnan(p) & _complete(target)[:, None]] = 0.0
+    q[np.isnan(q) & _complete(draft)[:, None]] = 0.0
     return p, q
 
 
@@ -370,11 +376,11 @@ def topk_interval(
     lower = _iid_alpha(
         np.concatenate([p_lo, t_p, zero], axis=1), np.concatenate([q_lo, zero, t_q], axis=1), n
     )
-    exact = target.complete & draft.complete  # both pairs are then (p, q) up to zero padding
+    exact = _complete(target) & _complete(draft)  # both pairs are then (p, q) up to zero padding
     lower[exact] = upper[exact]
     slack = 2.0 * (
-        np.where(target.complete, 0.0, target.rounding_allowance())
-        + n * np.where(draft.complete, 0.0, draft.rounding_allowance())
+        np.where(_complete(target), 0.0, target.rounding_allowance())
+        + n * np.where(_complete(draft), 0.0, draft.rounding_allowance())
     )
     lower = np.where(exact, lower, np.clip(np.nextafter(lower - slack, -np.inf), 0.0, 1.0))
     upper = np.where(exact, upper, np.clip(np.nextafter(upper + slack, np.inf), 0.0, 1.0))
@@ -409,7 +415,8 @@ class AcceptanceInterval:
     @property
     def exact(self) -> np.ndarray:
         """Steps where the interval is a point (full rows, or empty tails)."""
-        return self.lower == self.upper
+        point: np.ndarray = self.lower == self.upper
+        return point
 
 
 def acceptance_interval(

@@ -199,7 +199,7 @@ class DumpWriter:
     @staticmethod
     def _load(manifest_path: Path) -> dict[str, Any]:
         try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+            manifest: dict[str, Any] = json.loads(manifest_path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise DumpError(f"{manifest_path}: cannot read the manifest ({exc})") from exc
         validate_manifest(manifest, str(manifest_path))

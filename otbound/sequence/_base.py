@@ -61,7 +61,8 @@ def draw_drafts(model: SequenceModel, chooser: Chooser) -> Drafts:
 
 def positive_part(weight: float, target: np.ndarray, draft: np.ndarray) -> np.ndarray:
     """``(w · target − draft)⁺``, the unnormalised residual of block and traversal verification."""
-    return np.maximum(weight * target - draft, 0.0)
+    excess: np.ndarray = np.maximum(weight * target - draft, 0.0)
+    return excess
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,7 @@ class _ReplayChooser:
         self.position = 0
         self.prob = 1.0
 
-    def _choose(self, options: list[tuple[int | bool, float]]):
+    def _choose(self, options: list[tuple[int | bool, float]]) -> int | bool:
         if self.position == len(self.script):
             raise _Branch(len(options))
         value, prob = options[self.script[self.position]]

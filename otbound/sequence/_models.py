@@ -58,12 +58,14 @@ class SequenceModel:
     @property
     def depth(self) -> int:
         """The tree's depth ``D`` (``γ`` for a chain)."""
-        return self.q.shape[0]
+        depth: int = self.q.shape[0]
+        return depth
 
     @property
     def vocab(self) -> int:
         """Vocabulary size ``V``."""
-        return self.p.shape[1]
+        vocab: int = self.p.shape[1]
+        return vocab
 
     @property
     def is_chain(self) -> bool:

@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from otbound.sequence._base import SequenceVerifier, positive_part
+from otbound.sequence._base import Drafts, Emitted, SequenceVerifier, positive_part
+from otbound.sequence._choices import Chooser
+from otbound.sequence._models import SequenceModel
 
 __all__ = ["BlockVerifier"]
 
@@ -48,7 +50,7 @@ class BlockVerifier(SequenceVerifier):
     name = "block"
     chains_only = True
 
-    def _verify(self, drafts, model, chooser):
+    def _verify(self, drafts: Drafts, model: SequenceModel, chooser: Chooser) -> Emitted:
         gamma = len(drafts)
         weights = np.ones(gamma + 1)
         for i, x in enumerate(drafts, start=1):
@@ -62,7 +64,7 @@ class BlockVerifier(SequenceVerifier):
             return (*drafts, chooser.categorical(model.p[gamma]))
         return (*drafts[:tau], chooser.categorical(self._correction(weights[tau], tau, model)))
 
-    def _sub_block_acceptance(self, weight: float, i: int, model) -> float:
+    def _sub_block_acceptance(self, weight: float, i: int, model: SequenceModel) -> float:
         """``h_i``: ``w_γ`` at the full block, ``ρ_i / (ρ_i + 1 − w_i)`` below it."""
         if i == model.depth:
             return float(weight)
@@ -70,6 +72,6 @@ class BlockVerifier(SequenceVerifier):
         denominator = mass + 1.0 - weight
         return 1.0 if denominator <= 0.0 else mass / denominator
 
-    def _correction(self, weight: float, tau: int, model) -> np.ndarray:
+    def _correction(self, weight: float, tau: int, model: SequenceModel) -> np.ndarray:
         """Unnormalised law of the correction after ``τ < γ`` accepted tokens."""
         return positive_part(weight, model.p[tau], model.q[tau])

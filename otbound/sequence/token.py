@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from otbound.sequence._base import SequenceVerifier
+from otbound.sequence._base import Drafts, Emitted, SequenceVerifier
+from otbound.sequence._choices import Chooser
+from otbound.sequence._models import SequenceModel
 from otbound.verifiers.base import residual
 
 __all__ = ["TokenVerifier"]
@@ -41,7 +43,7 @@ class TokenVerifier(SequenceVerifier):
 
     name = "token"
 
-    def _verify(self, drafts, model, chooser):
+    def _verify(self, drafts: Drafts, model: SequenceModel, chooser: Chooser) -> Emitted:
         node: tuple[int, ...] = ()
         emitted: list[int] = []
         while True:
@@ -49,6 +51,7 @@ class TokenVerifier(SequenceVerifier):
             target = model.p[depth].copy()
             draft = model.q[depth].copy() if depth < model.depth else None
             for child in model.children[node]:
+                assert draft is not None  # a node with children is above the last depth
                 x = drafts[model.index[child]]
                 if chooser.bernoulli(min(1.0, target[x] / draft[x])):
                     emitted.append(x)

@@ -31,7 +31,13 @@ of Weng et al.'s optimality result on chains.
 
 from __future__ import annotations
 
-from otbound.sequence._base import SequenceVerifier, positive_part
+import numpy as np
+
+from otbound.sequence._base import Drafts, Emitted, SequenceVerifier, positive_part
+from otbound.sequence._choices import Chooser
+from otbound.sequence._models import SequenceModel
+
+_Node = tuple[int, ...]
 
 __all__ = ["TraversalVerifier"]
 
@@ -50,7 +56,7 @@ class TraversalVerifier(SequenceVerifier):
 
     name = "traversal"
 
-    def _verify(self, drafts, model, chooser):
+    def _verify(self, drafts: Drafts, model: SequenceModel, chooser: Chooser) -> Emitted:
         token = {node: drafts[i] for i, node in enumerate(model.nodes)}
         children = {node: list(kids) for node, kids in model.children.items()}
         target = {node: model.p[len(node)].copy() for node in children}
@@ -71,7 +77,14 @@ class TraversalVerifier(SequenceVerifier):
             self._reject_child(parent, token[leaf], target, draft, weight)
             self._reweigh(parent, children, token, target, draft, weight)
 
-    def _reject_child(self, parent, x, target, draft, weight) -> None:
+    def _reject_child(
+        self,
+        parent: _Node,
+        x: int,
+        target: dict[_Node, np.ndarray],
+        draft: dict[_Node, np.ndarray],
+        weight: dict[_Node, float],
+    ) -> None:
         """Residual target and weight of ``parent``, and its draft law without ``x``."""
         excess = positive_part(weight[parent], target[parent], draft[parent])
         mass = float(excess.sum())
@@ -85,7 +98,14 @@ class TraversalVerifier(SequenceVerifier):
         draft[parent] = remaining / total if total > 0 else remaining
 
     @staticmethod
-    def _reweigh(top, children, token, target, draft, weight) -> None:
+    def _reweigh(
+        top: _Node,
+        children: dict[_Node, list[_Node]],
+        token: dict[_Node, int],
+        target: dict[_Node, np.ndarray],
+        draft: dict[_Node, np.ndarray],
+        weight: dict[_Node, float],
+    ) -> None:
         """``w_v = min(1, w_u P_u(x_v) / Q_u(x_v))`` below ``top``, parents first."""
         stack = [top]
         while stack:

@@ -92,7 +92,7 @@ def model_fingerprint(model: Any) -> dict[str, str]:
     dict
         ``{"class": ..., "config": sha256, "parameters": sha256}``.
     """
-    config = getattr(model, "config", None)
+    config: Any = getattr(model, "config", None)
     entries = dict(config.to_dict()) if hasattr(config, "to_dict") else {}
     for key in _VOLATILE_CONFIG:
         entries.pop(key, None)
@@ -209,7 +209,7 @@ class PartStore:
         return self.directory / f"{_UNSAFE.sub('_', key)}__{zlib.crc32(key.encode()):08x}.json"
 
     def _header(self, verifier: str, design: str, tree: TreeSpec) -> dict[str, Any]:
-        pair = {"verifier": verifier, "design": design, "tree": tree.name}
+        pair: dict[str, Any] = {"verifier": verifier, "design": design, "tree": tree.name}
         pair["paths"] = tree.as_lists()
         return {"run": self.fingerprint, "pair": pair, "settings": self.settings}
 

@@ -26,10 +26,10 @@ equals an uninterrupted run's.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -129,7 +129,9 @@ class _RootPrediction:
     def __call__(self, p: np.ndarray, q: np.ndarray) -> list[dict[str, object]]:
         """The prediction's inputs for root contexts ``p``, ``q`` of shape (B, V), per row."""
         star = {  # α* of every width in the tree, for all rows at once
-            w: np.atleast_1d(optimal_acceptance(p, q, n=w, design=self.verifier.design))
+            w: np.atleast_1d(
+                cast("np.ndarray", optimal_acceptance(p, q, n=w, design=self.verifier.design))
+            )
             for w in sorted({w for widths in self.widths for w in widths})
         }
         out = []
@@ -295,7 +297,7 @@ def _as_specs(trees: object) -> list[TreeSpec]:
         return [trees]
     if isinstance(trees, Mapping):
         return [TreeSpec.custom(name, paths) for name, paths in trees.items()]
-    specs = list(trees)  # type: ignore[call-overload]
+    specs: list[TreeSpec] = list(trees)  # type: ignore[call-overload]
     if not all(isinstance(s, TreeSpec) for s in specs):
         raise ValueError(
             "trees must be a string such as 'binary:1-5,ternary:1-3', TreeSpec objects, or a "
@@ -306,8 +308,8 @@ def _as_specs(trees: object) -> list[TreeSpec]:
 
 def _as_prompts(prompts: object) -> list[tuple[int, tuple[int, ...]]]:
     """``(id, token ids)`` pairs from ``Prompt`` objects or token-id sequences."""
-    out = []
-    for index, prompt in enumerate(prompts):  # type: ignore[call-overload]
+    out: list[tuple[int, tuple[int, ...]]] = []
+    for index, prompt in enumerate(cast(Iterable[Any], prompts)):
         ids = getattr(prompt, "input_ids", prompt)
         pid = getattr(prompt, "id", index)
         ids = tuple(int(t) for t in ids)
@@ -319,7 +321,12 @@ def _as_prompts(prompts: object) -> list[tuple[int, tuple[int, ...]]]:
     return out
 
 
-def _check_fit(models: Mapping[str, Any], prompts: list, max_new_tokens: int, depth: int) -> None:
+def _check_fit(
+    models: Mapping[str, Any],
+    prompts: list[tuple[int, tuple[int, ...]]],
+    max_new_tokens: int,
+    depth: int,
+) -> None:
     """Every prefix + tree must fit the models' context and embedding."""
     from otbound.capture import context_length, embedding_rows
 
@@ -442,7 +449,7 @@ def run_tree_decoding(
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     if isinstance(verifiers, str):
         verifiers = [verifiers]
-    found = {_name(v): get_verifier(v) for v in verifiers}
+    found: dict[str, Any] = {_name(v): get_verifier(v) for v in verifiers}
     specs = _as_specs(trees)
     if not specs:
         raise ValueError("trees is empty")

@@ -52,7 +52,8 @@ def _mean_matrix(cells: pd.Series) -> np.ndarray | None:
     ]
     if not mats or mats[0].size == 0:
         return None
-    return np.mean(np.stack(mats), axis=0)
+    mean: np.ndarray = np.mean(np.stack(mats), axis=0)
+    return mean
 
 
 def _paths(part: pd.DataFrame, trees: Mapping[str, Sequence[Sequence[int]]]) -> list[list[int]]:

@@ -211,7 +211,8 @@ def best_tree(positional_acceptance: object, budget: int, max_depth: int | None 
 def _pick(cand: np.ndarray) -> np.ndarray:
     """Index of the first candidate (along axis 0) within rounding of the best: fewest nodes."""
     best = cand.max(axis=0)
-    return np.argmax(cand >= best - 1e-12 * np.maximum(1.0, best), axis=0)
+    first: np.ndarray = np.argmax(cand >= best - 1e-12 * np.maximum(1.0, best), axis=0)
+    return first
 
 
 def _stationary_choices(row: np.ndarray, budget: int) -> np.ndarray:

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from otbound._checks import as_distribution_pair, broadcast_batch, clip_rounding
 from otbound.drafts import _top_tokens, get_design
@@ -55,7 +56,7 @@ class PositionalAcceptance:
     steps: int
     trials: int
 
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+    def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
         return np.asarray(self.values, dtype=dtype)
 
 
@@ -246,7 +247,7 @@ def positional_acceptance(
         raise TypeError(
             f"positional_acceptance needs a verifier with a 'design'; got {type(v).__name__}"
         )
-    spec = get_design(v.design)  # type: ignore[attr-defined]
+    spec = get_design(v.design)
     p_arr, q_arr = as_distribution_pair(p, q, q_min_ndim=2 if spec.slot_axis else 1)
     p2, q2, _ = broadcast_batch(p_arr, q_arr, 1 if spec.slot_axis else 0)
     steps = p2.shape[0]
@@ -271,11 +272,11 @@ def positional_acceptance(
         total = np.zeros(w)
         var = np.zeros(w)
         for s in range(steps):
-            vec = _exact_step(v, path, p2[s], q2[s], w) if path else None  # type: ignore[arg-type]
+            vec = _exact_step(v, path, p2[s], q2[s], w) if path else None
             if vec is None:
                 if method == "exact":
                     raise ValueError(
-                        f"the exact acceptance of {v.name!r} is unavailable at step {s} "  # type: ignore[attr-defined]
+                        f"the exact acceptance of {v.name!r} is unavailable at step {s} "
                         f"(width {w}); use method='auto'"
                     )
                 step_seed = np.random.SeedSequence(seed, spawn_key=(s, w))

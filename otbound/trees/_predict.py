@@ -108,7 +108,7 @@ def predict_tokens_per_call(table: pd.DataFrame, trees: object) -> pd.DataFrame:
     grouped = clean.groupby([*keys, "n"], dropna=False, sort=False)
     means = grouped[["acceptance", "alpha_star"]].mean()
     counts = grouped.size()
-    rows: list[dict] = []
+    rows: list[dict[str, object]] = []
     for group, _ in clean.groupby(keys, dropna=False, sort=False):
         group = group if isinstance(group, tuple) else (group,)
         for name, factors in specs:
@@ -116,7 +116,8 @@ def predict_tokens_per_call(table: pd.DataFrame, trees: object) -> pd.DataFrame:
             if all(found):
                 acc = [float(means.loc[(*group, b), "acceptance"]) for b in factors]
                 star = [float(means.loc[(*group, b), "alpha_star"]) for b in factors]
-                steps = min(int(counts.loc[(*group, b)]) for b in factors) if factors else 0
+                # group + (b,), not (*group, b): mypy reads a starred subscript as 3.11 syntax
+                steps = min(int(counts.loc[group + (b,)]) for b in factors) if factors else 0  # noqa: RUF005
                 tokens, bound = _kary_tokens(acc), _kary_tokens(star)
             else:
                 steps, tokens, bound = 0, math.nan, math.nan

@@ -27,8 +27,9 @@ from __future__ import annotations
 import math
 import numbers
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -44,6 +45,8 @@ __all__ = [
     "residual",
     "sample_tokens",
 ]
+
+_T = TypeVar("_T")
 
 
 @runtime_checkable
@@ -147,9 +150,8 @@ def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     """
     d = np.maximum(p - q, 0.0)
     total = d.sum()
-    if total <= 0.0:
-        return p.copy()
-    return d / total
+    out: np.ndarray = p.copy() if total <= 0.0 else d / total
+    return out
 
 
 def sample_tokens(dist: np.ndarray, u: np.ndarray | float) -> np.ndarray:
@@ -160,7 +162,8 @@ def sample_tokens(dist: np.ndarray, u: np.ndarray | float) -> np.ndarray:
     cdf = np.cumsum(dist)
     idx = np.searchsorted(cdf, np.asarray(u) * cdf[-1], side="right")
     last_positive = int(np.flatnonzero(dist > 0)[-1])
-    return np.minimum(idx, last_positive)
+    tokens: np.ndarray = np.minimum(idx, last_positive)
+    return tokens
 
 
 #: Draft tuples are sampled in chunks of at most this many ``rows × V`` entries, because some
@@ -184,7 +187,8 @@ def sample_drafts(
 
 def membership(tokens: np.ndarray, drafts: np.ndarray) -> np.ndarray:
     """``tokens[t] ∈ drafts[t]`` for each trial: the acceptance event."""
-    return np.any(drafts == tokens[:, None], axis=1)
+    hits: np.ndarray = np.any(drafts == tokens[:, None], axis=1)
+    return hits
 
 
 def as_seed_rng(seed: object) -> np.random.Generator:
@@ -250,7 +254,7 @@ class BaseVerifier(ABC):
     def __repr__(self) -> str:
         return f"<verifier {self.name!r} design={self.design!r}>"
 
-    def _memo(self, tag: str, p: np.ndarray, q: np.ndarray, n: int, build):
+    def _memo(self, tag: str, p: np.ndarray, q: np.ndarray, n: int, build: Callable[[], _T]) -> _T:
         """``build()`` cached on the exact inputs (a few entries), so that a loop of
         :meth:`verify` calls on one step solves its LP or bisection once."""
         key = (tag, n, p.tobytes(), q.tobytes())
@@ -259,7 +263,8 @@ class BaseVerifier(ABC):
             if len(cache) >= 8:
                 cache.clear()
             cache[key] = build()
-        return cache[key]
+        value: _T = cache[key]
+        return value
 
     # -- validation ---------------------------------------------------------------------------
     def _clean(self, p: object, q: object, n: object) -> tuple[np.ndarray, np.ndarray, int]:

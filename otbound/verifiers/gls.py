@@ -68,7 +68,7 @@ def gls_match_probability(p: np.ndarray, q: np.ndarray) -> float:
 
 
 @numba.njit(cache=True)
-def _hazard(t, m, ratio, cum_p, cum_q, idx):  # pragma: no cover - compiled
+def _hazard(t, m, ratio, cum_p, cum_q, idx):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """``Λ(t)``, its slope, and the per-slot cut indices (written to ``idx``).
 
     Slot ``k``'s own draft needs no special case: its hazard would start at its atom
@@ -94,7 +94,7 @@ def _hazard(t, m, ratio, cum_p, cum_q, idx):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True)
-def _simulate(drafts, m, z, u, p, q, order, ratio, cum_p, cum_q):  # pragma: no cover
+def _simulate(drafts, m, z, u, p, q, order, ratio, cum_p, cum_q):  # type: ignore[no-untyped-def]  # pragma: no cover
     trials, n = drafts.shape
     out = np.empty(trials, dtype=np.int64)
     idx = np.zeros(n, dtype=np.int64)
@@ -186,10 +186,12 @@ class GumbelListCoupling(BaseVerifier):
         both, sums = _max_sums(p_arr, q_arr)
         return float(np.sum(n * p_arr[both] / (n - 1 + sums)))
 
-    def _acceptance(self, p, q, n):
+    def _acceptance(self, p: np.ndarray, q: np.ndarray, n: int) -> float | None:
         return gls_match_probability(p, q) if n == 1 else None
 
-    def _verify_one(self, drafts, p, q, rng):
+    def _verify_one(
+        self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
+    ) -> int:
         vocab = p.size
         noise = np.empty((len(drafts), vocab))
         for k, x in enumerate(drafts):
@@ -202,7 +204,9 @@ class GumbelListCoupling(BaseVerifier):
             arrival = np.where(p > 0, noise.min(axis=0) / np.where(p > 0, p, 1.0), np.inf)
         return int(np.argmin(arrival))  # Y = argmin_i min_k E_i^(k) / p_i
 
-    def _verify_batch(self, drafts, p, q, rng):
+    def _verify_batch(
+        self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
+    ) -> np.ndarray:
         trials, n = drafts.shape
         live = np.flatnonzero(p > 0)
         with np.errstate(divide="ignore"):
@@ -215,4 +219,5 @@ class GumbelListCoupling(BaseVerifier):
         m = rng.exponential(size=(trials, n))
         z = rng.exponential(size=trials)
         u = rng.random(trials)
-        return _simulate(drafts, m, z, u, p, q, order, ratio, cum_p, cum_q)
+        tokens: np.ndarray = _simulate(drafts, m, z, u, p, q, order, ratio, cum_p, cum_q)
+        return tokens

@@ -24,6 +24,8 @@ speculative sampling; at ``n = 2`` it is the SpecHub verifier (same sets, same p
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from otbound.drafts import _top_tokens
@@ -32,7 +34,7 @@ from otbound.verifiers.base import BaseVerifier, sample_tokens
 __all__ = ["Greedy", "fixed_plus_one_plan"]
 
 
-def fixed_plus_one_plan(p: np.ndarray, r: np.ndarray, fixed: np.ndarray) -> dict:
+def fixed_plus_one_plan(p: np.ndarray, r: np.ndarray, fixed: np.ndarray) -> dict[str, Any]:
     """The verifier's plan for drafts = ``fixed`` tokens plus one draft from ``r`` (off ``fixed``).
 
     Returns the keep probabilities ``min(1, p/r)`` (V,), ``θ``, ``p`` restricted to ``fixed``
@@ -61,10 +63,11 @@ def fixed_plus_one_plan(p: np.ndarray, r: np.ndarray, fixed: np.ndarray) -> dict
 def _restricted(q: np.ndarray, fixed: np.ndarray) -> np.ndarray:
     r = q.copy()
     r[fixed] = 0.0
-    return r / r.sum()
+    out: np.ndarray = r / r.sum()
+    return out
 
 
-def sample_plan(plan: dict, last: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def sample_plan(plan: dict[str, Any], last: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Vectorised steps 1-3 for the non-fixed drafts ``last`` (trials,)."""
     trials = last.size
     u = rng.random(trials)
@@ -93,11 +96,13 @@ class Greedy(BaseVerifier):
     name = "greedy"
     default_design = "greedy"
 
-    def _acceptance(self, p, q, n):
+    def _acceptance(self, p: np.ndarray, q: np.ndarray, n: int) -> float | None:
         fixed = _top_tokens(q, n - 1)
-        return fixed_plus_one_plan(p, _restricted(q, fixed), fixed)["alpha"]
+        return float(fixed_plus_one_plan(p, _restricted(q, fixed), fixed)["alpha"])
 
-    def _verify_one(self, drafts, p, q, rng):
+    def _verify_one(
+        self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
+    ) -> int:
         n = len(drafts)
         fixed = _top_tokens(q, n - 1)  # T: the n − 1 most likely draft tokens
         if sorted(drafts[:-1].tolist()) != sorted(fixed.tolist()):
@@ -121,7 +126,9 @@ class Greedy(BaseVerifier):
         # 3. otherwise sample (p − r)⁺ off T
         return int(sample_tokens(np.where(outside, np.maximum(p - r, 0.0), 0.0), rng.random()))
 
-    def _verify_batch(self, drafts, p, q, rng):
+    def _verify_batch(
+        self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
+    ) -> np.ndarray:
         n = drafts.shape[1]
         fixed = _top_tokens(q, n - 1)
         plan = fixed_plus_one_plan(p, _restricted(q, fixed), fixed)

@@ -97,7 +97,7 @@ class SelectionStage:
     def keep(self, first: np.ndarray, second: np.ndarray) -> np.ndarray:
         """Probability that the winner stays ``first`` when challenged by ``second``."""
         ri, rj = self.rank[first], self.rank[second]
-        out = (ri < rj).astype(np.float64)
+        out: np.ndarray = (ri < rj).astype(np.float64)
         both = (ri < self.top) & (rj < self.top)
         out[both] = self.keep_top[ri[both], rj[both]]
         out[first == second] = 1.0
@@ -152,7 +152,9 @@ def _solve_stage(p: np.ndarray, a: np.ndarray, b: np.ndarray, top: int) -> Selec
     return SelectionStage(rank=rank, top=s, keep_top=keep, induced=induced / total)
 
 
-def _coincidence_two(stage: SelectionStage, a, b, accept, rest) -> float:
+def _coincidence_two(
+    stage: SelectionStage, a: np.ndarray, b: np.ndarray, accept: np.ndarray, rest: np.ndarray
+) -> float:
     """``P(selected draft rejected, residual ∈ {x_1, x_2})`` for two slots, ``O(V log V)``.
 
     ``Σ_{i,j} a_i b_j [k(i,j) f_i r_j + (1 − k(i,j)) f_j r_i]`` with ``f = 1 − accept``: the rank
@@ -213,7 +215,7 @@ class ImportanceSampling(BaseVerifier):
         """
         if q.ndim == 2:  # per_slot: q itself changes with n
             return self._memo("stages", p, q, n, lambda: self._grow(p, self._slots(q, n), []))
-        chain = self._memo("stage_chain", p, q, 0, list)
+        chain: list[SelectionStage] = self._memo("stage_chain", p, q, 0, list)
         return self._grow(p, self._slots(q, n), chain)[: n - 1]
 
     def _grow(
@@ -252,7 +254,7 @@ class ImportanceSampling(BaseVerifier):
         return float(np.minimum(p_arr, induced).sum())
 
     # -- the protocol -------------------------------------------------------------------------
-    def _acceptance(self, p, q, n):
+    def _acceptance(self, p: np.ndarray, q: np.ndarray, n: int) -> float | None:
         if n >= 3:
             tuples_count = math.prod(float(np.count_nonzero(s > 0)) for s in self._slots(q, n))
             if tuples_count > MAX_TUPLES:
@@ -277,7 +279,9 @@ class ImportanceSampling(BaseVerifier):
         on_drafts = np.sum(rest[sorted_t] * first, axis=1)
         return selected + float(np.sum(probs * fail * on_drafts))
 
-    def _verify_one(self, drafts, p, q, rng):
+    def _verify_one(
+        self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
+    ) -> int:
         n = len(drafts)
         stages = self.stages(p, q, n)
         # Step 1: fold the drafts pairwise; the winner is the selected draft W.
@@ -293,7 +297,9 @@ class ImportanceSampling(BaseVerifier):
             return winner
         return int(sample_tokens(residual(p, induced), rng.random()))
 
-    def _verify_batch(self, drafts, p, q, rng):
+    def _verify_batch(
+        self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
+    ) -> np.ndarray:
         trials, n = drafts.shape
         stages = self.stages(p, q, n)
         winner = drafts[:, 0].copy()

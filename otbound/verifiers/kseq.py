@@ -36,7 +36,7 @@ __all__ = ["KSequential", "kseq_rho"]
 
 
 @numba.njit(cache=True)
-def _sign(ratio, cum_p, cum_q, tail_q, rho, n):  # pragma: no cover - compiled
+def _sign(ratio, cum_p, cum_q, tail_q, rho, n):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """A function with the sign of ``f(ρ) = ρβ(ρ) − 1 + (1 − β(ρ))^n``, accurate near its root.
 
     Tokens sorted by ``p/q``: the first ``j`` (``p/q < ρ``) give ``min(q, p/ρ) = p/ρ``, the rest
@@ -66,7 +66,7 @@ def _sign(ratio, cum_p, cum_q, tail_q, rho, n):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True)
-def _bisect(ratio, cum_p, cum_q, tail_q, n):  # pragma: no cover - compiled
+def _bisect(ratio, cum_p, cum_q, tail_q, n):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     lo = 1.0
     if _sign(ratio, cum_p, cum_q, tail_q, lo, n) >= 0.0:
         return lo
@@ -85,7 +85,7 @@ def _bisect(ratio, cum_p, cum_q, tail_q, n):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True)
-def _sorted_sums(p, q, live, order):  # pragma: no cover - compiled
+def _sorted_sums(p, q, live, order):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """Ratios ``p/q`` in ``order`` with the prefix sums of ``p``, ``q`` and suffix sums of ``q``."""
     count = order.shape[0]
     ratio = np.empty(count)
@@ -110,7 +110,7 @@ def kseq_rho(p: np.ndarray, q: np.ndarray, n: int) -> float:
     """
     live = np.flatnonzero(q > 0)
     order = np.argsort(p[live] / q[live])
-    sums = _sorted_sums(p, q, live, order)
+    sums: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = _sorted_sums(p, q, live, order)
     return float(_bisect(*sums, int(n)))
 
 
@@ -199,19 +199,23 @@ class KSequential(BaseVerifier):
             power *= other
         return out
 
-    def _acceptance(self, p, q, n):
+    def _acceptance(self, p: np.ndarray, q: np.ndarray, n: int) -> float | None:
         rho = kseq_rho(p, q, n)
         miss = float(np.maximum(q - p / rho, 0.0).sum())
         return 1.0 - miss**n
 
-    def _verify_one(self, drafts, p, q, rng):
+    def _verify_one(
+        self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
+    ) -> int:
         rho, _, rest = self._memo("plan", p, q, len(drafts), lambda: _plan(p, q, len(drafts)))
         for x in drafts:
             if rng.random() < min(1.0, p[x] / (rho * q[x])):
                 return int(x)
         return int(sample_tokens(rest, rng.random()))
 
-    def _verify_batch(self, drafts, p, q, rng):
+    def _verify_batch(
+        self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
+    ) -> np.ndarray:
         trials, n = drafts.shape
         rho, _, rest = _plan(p, q, n)
         with np.errstate(divide="ignore", invalid="ignore"):

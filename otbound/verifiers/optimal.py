@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from otbound._checks import clip_rounding
-from otbound.drafts import DESIGNS, Greedy, Hub, TopK, num_tuples
+from otbound.drafts import DESIGNS, DraftDesign, Greedy, Hub, TopK, num_tuples
 from otbound.verifiers.base import BaseVerifier, sample_tokens
 
 __all__ = ["MAX_TUPLES", "OptimalPlan", "OptimalTransport"]
@@ -102,7 +102,7 @@ def _set_codes(sets: np.ndarray, vocab: int) -> np.ndarray:
     return codes
 
 
-def _tuple_count(design, q: np.ndarray, n: int) -> float:
+def _tuple_count(design: DraftDesign, q: np.ndarray, n: int) -> float:
     if isinstance(design, Greedy | Hub | TopK):
         return float(q.shape[-1])
     support = q.shape[-1] if design.slot_axis else int(np.count_nonzero(q > 0))
@@ -122,10 +122,10 @@ class OptimalTransport(BaseVerifier):
     default_design = "iid"
     designs = DESIGNS
 
-    def _applies(self, p, q, n):
+    def _applies(self, p: np.ndarray, q: np.ndarray, n: int) -> bool:
         return _tuple_count(self._spec, q, n) <= MAX_TUPLES
 
-    def _not_applicable_message(self, p, q, n):
+    def _not_applicable_message(self, p: np.ndarray, q: np.ndarray, n: int) -> str:
         return (
             f"the optimal verifier enumerates the draft tuples: V={p.shape[-1]}, n={n} "
             f"(design {self.design!r}) gives {_tuple_count(self._spec, q, n):.3g} tuples, above "
@@ -167,14 +167,16 @@ class OptimalTransport(BaseVerifier):
             keys=codes[order],
         )
 
-    def _acceptance(self, p, q, n):
+    def _acceptance(self, p: np.ndarray, q: np.ndarray, n: int) -> float | None:
         plan = self.plan(p, q, n)
         valid = plan.sets >= 0
         on_set = np.where(valid, plan.residual[np.where(valid, plan.sets, 0)], 0.0).sum(axis=1)
         left = 1.0 - plan.inside.sum(axis=1)
         return float(np.sum(plan.set_probs * (plan.inside.sum(axis=1) + left * on_set)))
 
-    def _verify_one(self, drafts, p, q, rng):
+    def _verify_one(
+        self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
+    ) -> int:
         plan = self.plan(p, q, len(drafts))
         row = int(plan.lookup(drafts[None, :], p.size)[0])  # the set S of the drafts
         u = rng.random()
@@ -184,7 +186,11 @@ class OptimalTransport(BaseVerifier):
             u -= prob
         return int(sample_tokens(plan.residual, rng.random()))  # leftover: the residual
 
-    def _verify_batch(self, drafts, p, q, rng):
+    def _verify_batch(
+        self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
+    ) -> np.ndarray:
+        trials: int
+        n: int
         trials, n = drafts.shape
         plan = self.plan(p, q, n)
         rows = plan.lookup(drafts, p.size)

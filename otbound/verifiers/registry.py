@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from otbound.verifiers.base import BaseVerifier
 from otbound.verifiers.gls import GumbelListCoupling
 from otbound.verifiers.greedy import Greedy
@@ -69,6 +71,7 @@ def get_verifier(name: object, **options: object) -> object:
             f"unknown verifier {name!r}; valid verifiers: {', '.join(VERIFIERS)}"
         ) from None
     try:
-        return cls(**options)
+        kwargs: dict[str, Any] = options  # each class checks its own options
+        return cls(**kwargs)
     except TypeError as exc:
         raise ValueError(f"invalid options for verifier {name!r}: {exc}") from None

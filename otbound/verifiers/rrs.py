@@ -48,11 +48,13 @@ class RecursiveRejection(BaseVerifier):
     name = "rrs"
     default_design = "iid"
 
-    def _acceptance(self, p, q, n):
+    def _acceptance(self, p: np.ndarray, q: np.ndarray, n: int) -> float | None:
         _, miss = residual_chain(p, q, n)
         return 1.0 - float(np.prod(miss))
 
-    def _verify_one(self, drafts, p, q, rng):
+    def _verify_one(
+        self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
+    ) -> int:
         target = p
         for x in drafts:
             if rng.random() < min(1.0, target[x] / q[x]):
@@ -60,7 +62,9 @@ class RecursiveRejection(BaseVerifier):
             target = residual(target, q)
         return int(sample_tokens(target, rng.random()))
 
-    def _verify_batch(self, drafts, p, q, rng):
+    def _verify_batch(
+        self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
+    ) -> np.ndarray:
         trials, n = drafts.shape
         targets, _ = residual_chain(p, q, n)
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -42,7 +42,7 @@ MAX_TUPLES = 200_000
 
 
 @numba.njit(cache=True)
-def _two_prepare(p, q):  # pragma: no cover - compiled
+def _two_prepare(p, q):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """``1 − β``, and ``p_2 = res(p, q)``, ``q`` and ``p_2 / q`` on the tokens with ``p > q``."""
     vocab = p.shape[0]
     miss = 0.0
@@ -67,7 +67,7 @@ def _two_prepare(p, q):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True)
-def _two_sum(p, q, miss, ratio, mass, draft, order):  # pragma: no cover - compiled
+def _two_sum(p, q, miss, ratio, mass, draft, order):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """``β + Σ_{x_1} (q − p)⁺_{x_1} g(1 / (1 − q_{x_1}))`` given the sort ``order`` of ``ratio``."""
     vocab = p.shape[0]
     count = ratio.shape[0]
@@ -146,7 +146,7 @@ def _acceptance_enumerated(p: np.ndarray, q: np.ndarray, n: int) -> float:
 
 
 @numba.njit(cache=True)
-def _next_residual(targets, level, q, drafts, total):  # pragma: no cover - compiled
+def _next_residual(targets, level, q, drafts, total):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """``targets[level + 1] = res(targets[level], q without drafts[:level], renormalised)``.
 
     An empty residual (the target is covered) keeps the previous target.
@@ -168,7 +168,7 @@ def _next_residual(targets, level, q, drafts, total):  # pragma: no cover - comp
 
 
 @numba.njit(cache=True)
-def _verify_sorted(p, q, drafts, u, v):  # pragma: no cover - compiled
+def _verify_sorted(p, q, drafts, u, v):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """Per-trial RRS without replacement; trials sorted lexicographically by their drafts.
 
     ``targets[k]`` (``p_{k+1}`` in the module's 1-based notation) depends on the drafts
@@ -246,7 +246,7 @@ class RecursiveRejectionWithoutReplacement(BaseVerifier):
     name = "rrs_without_replacement"
     default_design = "without_replacement"
 
-    def _acceptance(self, p, q, n):
+    def _acceptance(self, p: np.ndarray, q: np.ndarray, n: int) -> float | None:
         if n == 1:
             return float(np.minimum(p, q).sum())
         if n == 2:
@@ -256,7 +256,9 @@ class RecursiveRejectionWithoutReplacement(BaseVerifier):
             return None
         return _acceptance_enumerated(p, q, n)
 
-    def _verify_one(self, drafts, p, q, rng):
+    def _verify_one(
+        self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
+    ) -> int:
         target, draft = p, q.copy()
         for x in drafts:
             if rng.random() < min(1.0, target[x] / draft[x]):
@@ -266,7 +268,11 @@ class RecursiveRejectionWithoutReplacement(BaseVerifier):
             draft = draft / draft.sum()
         return int(sample_tokens(target, rng.random()))
 
-    def _verify_batch(self, drafts, p, q, rng):
+    def _verify_batch(
+        self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
+    ) -> np.ndarray:
+        trials: int
+        n: int
         trials, n = drafts.shape
         u = rng.random((trials, n))
         v = rng.random(trials)

@@ -41,22 +41,26 @@ class SingleDraft(BaseVerifier):
     name = "single"
     default_design = "iid"
 
-    def _acceptance(self, p, q, n):
+    def _acceptance(self, p: np.ndarray, q: np.ndarray, n: int) -> float | None:
         excess = np.maximum(p - q, 0.0)
         beta = 1.0 - excess.sum()
         if n == 1:
-            return beta
+            return float(beta)
         with np.errstate(divide="ignore"):  # q_y = 1: (1 − q_y)^{n−1} = 0
             hit = -np.expm1((n - 1) * np.log1p(-np.minimum(q, 1.0)))  # 1 − (1 − q_y)^{n−1}
-        return beta + float(np.sum(excess * hit))
+        return float(beta + float(np.sum(excess * hit)))
 
-    def _verify_one(self, drafts, p, q, rng):
+    def _verify_one(
+        self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
+    ) -> int:
         x = int(drafts[0])  # only the first draft is used
         if rng.random() < min(1.0, p[x] / q[x]):
             return x
         return int(sample_tokens(residual(p, q), rng.random()))
 
-    def _verify_batch(self, drafts, p, q, rng):
+    def _verify_batch(
+        self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
+    ) -> np.ndarray:
         x = drafts[:, 0]
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(q > 0, np.minimum(1.0, p / q), 0.0)

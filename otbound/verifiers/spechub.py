@@ -25,6 +25,8 @@ two draft slots.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from otbound.verifiers.base import BaseVerifier, sample_tokens
@@ -33,7 +35,7 @@ from otbound.verifiers.greedy import fixed_plus_one_plan, sample_plan
 __all__ = ["SpecHub"]
 
 
-def _hub_plan(p: np.ndarray, q: np.ndarray) -> tuple[int, dict]:
+def _hub_plan(p: np.ndarray, q: np.ndarray) -> tuple[int, dict[str, Any]]:
     hub = int(np.argmax(q))  # first maximum: ties go to the lower token id, as the design does
     r = q.copy()
     r[hub] = 0.0
@@ -96,10 +98,12 @@ class SpecHub(BaseVerifier):
             [q_hub * on_hub + (1.0 - q_hub) * matched, q_hub * matched + (1.0 - q_hub) * on_hub]
         )
 
-    def _acceptance(self, p, q, n):
-        return _hub_plan(p, q)[1]["alpha"]
+    def _acceptance(self, p: np.ndarray, q: np.ndarray, n: int) -> float | None:
+        return float(_hub_plan(p, q)[1]["alpha"])
 
-    def _verify_one(self, drafts, p, q, rng):
+    def _verify_one(
+        self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
+    ) -> int:
         hub = int(np.argmax(q))
         if hub not in drafts.tolist() or drafts[0] == drafts[1]:
             raise ValueError(
@@ -121,7 +125,9 @@ class SpecHub(BaseVerifier):
         # 3. otherwise sample (p − r)⁺ off the hub
         return int(sample_tokens(np.where(off_hub, np.maximum(p - r, 0.0), 0.0), rng.random()))
 
-    def _verify_batch(self, drafts, p, q, rng):
+    def _verify_batch(
+        self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
+    ) -> np.ndarray:
         hub, plan = _hub_plan(p, q)
         other = np.where(drafts[:, 0] == hub, drafts[:, 1], drafts[:, 0])
         return sample_plan(plan, other, rng)

@@ -37,10 +37,12 @@ class TopK(BaseVerifier):
     name = "topk"
     default_design = "topk"
 
-    def _acceptance(self, p, q, n):
+    def _acceptance(self, p: np.ndarray, q: np.ndarray, n: int) -> float | None:
         return float(p[_top_tokens(q, n)].sum())
 
-    def _verify_one(self, drafts, p, q, rng):
+    def _verify_one(
+        self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
+    ) -> int:
         if drafts.tolist() != _top_tokens(q, len(drafts)).tolist():
             raise ValueError(
                 f"topk drafts must be the {len(drafts)} most likely tokens of q in order; "
@@ -54,8 +56,11 @@ class TopK(BaseVerifier):
             target[x] = 0.0  # rejected: p restricted to the remaining tokens
         return int(sample_tokens(target, rng.random()))
 
-    def _verify_batch(self, drafts, p, q, rng):
+    def _verify_batch(
+        self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
+    ) -> np.ndarray:
         # Accepting x_k with probability p(x_k) / (1 − p(x_1..x_{k−1})) and then sampling p off
         # T is the inverse CDF of p with the drafts listed first: one uniform per trial.
         order = np.concatenate((drafts[0], np.setdiff1d(np.arange(p.size), drafts[0])))
-        return order[sample_tokens(p[order], rng.random(drafts.shape[0]))]
+        tokens: np.ndarray = order[sample_tokens(p[order], rng.random(drafts.shape[0]))]
+        return tokens
