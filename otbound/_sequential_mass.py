@@ -160,6 +160,19 @@ def sequential_prefix_mass(q_sorted: np.ndarray, n: int, h: float = LOG_TIME_STE
     return sequential_prefix_masses(q_sorted, [n], h)[0]
 
 
+def _prefix_layout(
+    q_sorted: np.ndarray, counts: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``q`` as float64, the wanted and distinct ``n``, the mass outside each prefix
+    (``suffix[i] = q(V \\ H_i)``) and the number of positive masses in each prefix."""
+    q = np.ascontiguousarray(q_sorted, dtype=np.float64)
+    wanted = np.asarray(list(counts), dtype=np.int64)
+    suffix = np.zeros(q.shape[0] + 1)
+    suffix[:-1] = np.cumsum(q[::-1])[::-1]
+    positives = np.concatenate(([0], np.cumsum(q > 0)))
+    return q, wanted, np.unique(wanted), suffix, positives
+
+
 def sequential_prefix_masses(
     q_sorted: np.ndarray, counts: Sequence[int], h: float = LOG_TIME_STEP
 ) -> np.ndarray:
@@ -185,13 +198,7 @@ def sequential_prefix_masses(
         Row ``j``: ``Q`` of every prefix for ``counts[j]`` drafts (0 where a prefix holds fewer
         than ``counts[j]`` tokens of positive mass).
     """
-    q = np.ascontiguousarray(q_sorted, dtype=np.float64)
-    wanted = np.asarray(list(counts), dtype=np.int64)
-    distinct = np.unique(wanted)
-    size = q.shape[0]
-    suffix = np.zeros(size + 1)
-    suffix[:-1] = np.cumsum(q[::-1])[::-1]
-    positives = np.concatenate(([0], np.cumsum(q > 0)))
+    q, wanted, distinct, suffix, positives = _prefix_layout(q_sorted, counts)
     enough = positives[None, :] >= distinct[:, None]  # fewer than n positive: Q(H) = 0 exactly
     outside = suffix > 0  # nothing outside H: Q(H) = 1 exactly
     live = enough & outside[None, :]
@@ -218,3 +225,382 @@ def sequential_prefix_masses(
     # is a bug, not rounding
     mass = clip_rounding(mass, 0.0, 1.0, "without_replacement Q(H) (exponential-clock integral)")
     return mass[np.searchsorted(distinct, wanted)]
+
+
+# -- the minimum of p(H) − Q(H) without every prefix's Q: blocks and refinement --------------
+
+#: Tokens with ``q t`` at most this are folded into their block's power-series update.
+SMALL_RATE = 0.05
+#: Most power-sum terms a block update uses (enough for ``SMALL_RATE``; see the bound).
+MOST_TERMS = 18
+#: Bound on the truncation error of each log-coefficient of a block update.
+SERIES_TOLERANCE = 1e-19
+#: Each refinement cuts a segment into this many.
+REFINE = 8
+#: The first level has at least this many segments (its length is a power of ``REFINE``).
+TOP_SEGMENTS = 24
+#: Slack on the candidate test: a block is refined unless its lower bound exceeds the best
+#: value found by more than the integration error.
+CANDIDATE_SLACK = 1e-13
+
+
+def _series_table(top: int, terms: int) -> np.ndarray:
+    r"""``β[m, r] = (−1)^{m−1} (m−1)! S(r, m) / r!`` for ``1 ≤ m < top``, ``r ≤ terms``.
+
+    ``log(1 + (e^a − 1) z) = Σ_m (−1)^{m−1} (e^a − 1)^m z^m / m`` and
+    ``(e^a − 1)^m = m! Σ_r S(r, m) a^r / r!`` (Stirling numbers of the second kind).
+    """
+    stirling = np.zeros((terms + 1, top + 1))
+    stirling[0, 0] = 1.0
+    for r in range(1, terms + 1):
+        for m in range(1, top + 1):
+            stirling[r, m] = m * stirling[r - 1, m] + stirling[r - 1, m - 1]
+    beta = np.zeros((top, terms + 1))
+    for m in range(1, top):
+        for r in range(m, terms + 1):
+            beta[m, r] = (
+                (-1) ** (m - 1) * math.factorial(m - 1) * stirling[r, m] / math.factorial(r)
+            )
+    return beta
+
+
+@numba.njit(cache=True, parallel=True)
+def _segment_power_sums(vals, edges, terms, rising, sigma):  # pragma: no cover - compiled
+    """Per segment ``[edges[s], edges[s+1])`` of ``vals``, its masses in ascending order
+    (``rising``) and, at each position ``k``, ``σ_r = Σ_{j ≤ k} (q_j / q_k)^r`` for
+    ``r = 1..terms`` (``sigma[k, r−1]``; 0 where ``q_k = 0``)."""
+    for s in numba.prange(edges.shape[0] - 1):
+        start, stop = edges[s], edges[s + 1]
+        rising[start:stop] = np.sort(vals[start:stop])
+        previous = 0.0
+        for k in range(start, stop):
+            value = rising[k]
+            ratio = previous / value if value > 0.0 else 0.0
+            power = 1.0
+            for r in range(terms):
+                power *= ratio
+                carried = sigma[k - 1, r] if k > start else 0.0
+                sigma[k, r] = (1.0 + power * carried) if value > 0.0 else 0.0
+            previous = value
+
+
+@numba.njit(cache=True, inline="always")
+def _fire(state, value, t, top):  # pragma: no cover - compiled
+    """One token joins ``H``: the count distribution ``state`` (truncated at ``top``)."""
+    stay, fire = _decay(value * t)
+    for k in range(top - 1, 0, -1):
+        state[k] = state[k] * stay + state[k - 1] * fire
+    state[0] *= stay
+
+
+@numba.njit(cache=True, inline="always")
+def _fold(state, sums, u, beta, top, work, gen, inverse_factorial):  # pragma: no cover - compiled
+    r"""Tokens with ``q t ≤ u`` and power sums ``σ_r u^r = Σ (q_x t)^r`` join ``H`` at once.
+
+    Their count has the generating function ``e^{−A} exp(Σ_{m<top} c_m z^m)`` with
+    ``A = Σ q_x t`` and ``c_m = Σ_{r ≥ m} β[m, r] u^r σ_r``, truncated where the tail
+    ``A (m u)^D / (m u (D + 1)!)`` is below ``SERIES_TOLERANCE``. Returns False (nothing done)
+    when ``MOST_TERMS`` terms do not reach it.
+    """
+    mass = u * sums[0]
+    if mass > 745.0:
+        state[:] = 0.0
+        return True
+    mu = (top - 1) * u
+    terms = top - 1
+    tail = mass * mu**terms * inverse_factorial[terms + 1] if mu > 0.0 else 0.0
+    while tail > SERIES_TOLERANCE:
+        terms += 1
+        if terms > MOST_TERMS:
+            return False
+        tail *= mu / (terms + 1)
+    for m in range(1, top):
+        work[m] = 0.0
+    power = 1.0
+    for r in range(1, terms + 1):
+        power *= u
+        term = power * sums[r - 1]
+        for m in range(1, min(r, top - 1) + 1):
+            work[m] += beta[m, r] * term
+    gen[0] = 1.0
+    for k in range(1, top):  # exp of the series: k g_k = Σ_j j c_j g_{k−j}
+        total = 0.0
+        for j in range(1, k + 1):
+            total += j * work[j] * gen[k - j]
+        gen[k] = total / k
+    scale = math.exp(-mass)
+    for k in range(top - 1, -1, -1):
+        total = 0.0
+        for j in range(k + 1):
+            total += state[k - j] * gen[j]
+        state[k] = total * scale
+    return True
+
+
+@numba.njit(cache=True, inline="always")
+def _record(acc, state, counts, weight, column):  # pragma: no cover - compiled
+    """Add ``weight · P[N < n]`` for each ``n`` to ``acc[:, column]``; return ``P[N < max n]``."""
+    below = 0.0
+    c = 0
+    for k in range(state.shape[0]):
+        below += state[k]
+        if k + 1 == counts[c]:
+            acc[c, column] += weight * below
+            c += 1
+    return below
+
+
+@numba.njit(cache=True, inline="always")
+def _node_time(t_lo, h, j):  # pragma: no cover - compiled
+    if j * h < 700.0:
+        return t_lo * math.exp(j * h)
+    return math.exp(math.log(t_lo) + j * h)
+
+
+@numba.njit(cache=True, inline="always")
+def _weight(lam, t, h):  # pragma: no cover - compiled
+    lam_t = lam * t
+    if 0.0 < lam_t < 745.0:
+        return h * lam_t * _decay(lam_t)[0]
+    return 0.0
+
+
+@numba.njit(cache=True, parallel=True)
+def _segment_mass(
+    vals, lam_after, counts, t_lo, h, num_nodes, groups, edges, rising, sigma, beta, start_states
+):  # pragma: no cover - compiled
+    """Count distributions swept over segments, per node.
+
+    ``vals`` holds the tokens of several groups in sweep order, group ``g`` being the
+    segments ``groups[g]:groups[g+1]`` of ``edges``; ``lam_after[i]`` is ``λ`` of the prefix
+    ending with token ``i``. Each group starts from ``start_states[j, g]`` at node ``j``.
+    Inside a segment the tokens with ``q t ≤ SMALL_RATE`` join at once by :func:`_fold`
+    (where ``sigma`` is given), the others one by one. Returns the trapezoid sums
+    ``Σ_j w_j P[N < n]`` at every segment end (len(counts), segments) and every node's state
+    at every segment start (num_nodes, segments, max n), zero once negligible.
+    """
+    many = counts.shape[0]
+    top = counts[many - 1]
+    segments = edges.shape[0] - 1
+    acc = np.zeros((num_nodes, many, segments))
+    stored = np.zeros((num_nodes, segments, top))
+    inverse_factorial = np.ones(MOST_TERMS + 3)
+    for r in range(1, MOST_TERMS + 3):
+        inverse_factorial[r] = inverse_factorial[r - 1] / r
+    folding = sigma.shape[0] == vals.shape[0]
+    for j in numba.prange(num_nodes):
+        t = _node_time(t_lo, h, j)
+        limit = SMALL_RATE / t
+        state = np.zeros(top)
+        work = np.zeros(top)
+        gen = np.zeros(top)
+        for g in range(groups.shape[0] - 1):
+            state[:] = start_states[j, g]
+            for s in range(groups[g], groups[g + 1]):
+                stored[j, s, :] = state
+                start, stop = edges[s], edges[s + 1]
+                if folding and stop - start > 1:
+                    split = start + np.searchsorted(rising[start:stop], limit, side="right")
+                    done = split == start
+                    if not done:
+                        done = _fold(
+                            state,
+                            sigma[split - 1],
+                            rising[split - 1] * t,
+                            beta,
+                            top,
+                            work,
+                            gen,
+                            inverse_factorial,
+                        )
+                    for k in range(split if done else start, stop):
+                        _fire(state, rising[k], t, top)
+                else:
+                    for k in range(start, stop):
+                        _fire(state, vals[k], t, top)
+                below = _record(acc[j], state, counts, _weight(lam_after[stop - 1], t, h), s)
+                if below < NEGLIGIBLE:
+                    break
+    return acc.sum(axis=0), stored
+
+
+def _grid(suffix: np.ndarray, live: np.ndarray, distinct: np.ndarray, h: float):
+    """``(t_lo, num_nodes, scale)`` of the log-time grid for the prefixes ``live``."""
+    t_lo = min(_left_time(int(n), h) for n in distinct)
+    log_t_hi = math.log(RIGHT_TAIL) - math.log(suffix[live].min())
+    num_nodes = math.ceil((log_t_hi - math.log(t_lo)) / h) + 1
+    scale = math.ldexp(1.0, max(0, math.ceil((log_t_hi - math.log(LARGEST_TIME)) / _LN2)))
+    return t_lo, num_nodes, scale
+
+
+def _closed_form_mass(q: np.ndarray, suffix: np.ndarray, n: int) -> np.ndarray:
+    r"""``Q(H_i)`` of every prefix for ``n ≤ 2`` drafts, with no integral.
+
+    ``n = 1``: ``q(H)``. ``n = 2``: ``∫ λ e^{−λt} e^{−q(H) t} Σ_{k<2} e_k(e^{q_x t} − 1) dt``
+    with ``λ + q(H) = 1`` gives ``1 − Q(H) = λ (1 + Σ_{x∈H} q_x / (1 − q_x))``; ``1 − q_x`` is
+    taken as the sum of the other masses (a prefix and a suffix sum), so that a token holding
+    nearly all the mass keeps its relative precision. Exact to rounding.
+    """
+    before = np.concatenate(([0.0], np.cumsum(q)))
+    if n == 1:
+        return before
+    rest = before[:-1] + suffix[1:]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        odds = np.where(q > 0, q / rest, 0.0)
+    return 1.0 - suffix * (1.0 + np.concatenate(([0.0], np.cumsum(odds))))
+
+
+def _growth_bound(q: np.ndarray, n: int) -> float:
+    r"""``K = Σ_{j<n} 1 / (1 − m_j)``, ``m_j`` the mass of the ``j`` largest tokens: adding
+    tokens of mass ``m`` to ``H`` raises ``Q(H)`` by at most ``K m``.
+
+    ``Q(H ∪ D) − Q(H) ≤ Σ_j P(draw j+1 ∈ D) ≤ Σ_j q(D) / (1 − s_j)`` with ``s_j ≤ m_j`` the
+    mass drawn before. ``1 − m_j`` is the mass of the other tokens (``inf`` when none is left).
+    """
+    top = np.sort(np.partition(q, q.size - min(n, q.size))[q.size - min(n, q.size) :])[::-1]
+    rest = q.sum() - np.concatenate(([0.0], np.cumsum(top)))[:n]
+    rest = rest * (1.0 - 1e-12)  # rounding of the sum: keep K an upper bound
+    return float(np.sum(1.0 / rest)) if np.all(rest > 0) else math.inf
+
+
+def sequential_prefix_minimum(
+    p_sorted: np.ndarray, q_sorted: np.ndarray, counts: Sequence[int], h: float = LOG_TIME_STEP
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""``min_i [p(H_i) − Q_n(H_i)]`` and its first arg-min ``i``, for each ``n`` in ``counts``.
+
+    The same values as :func:`sequential_prefix_masses` followed by a minimum (to its error,
+    below 1e-12), without computing ``Q`` at every prefix:
+
+    * ``n ≤ 2`` need no integral (:func:`_closed_form_mass`).
+    * For ``n ≥ 3`` the tokens are cut into blocks of consecutive prefixes. At each node the
+      block's tokens with ``q_x t ≤ SMALL_RATE`` join the count distribution at once, by the
+      generating function ``Π_x (e^{−a_x} + (1 − e^{−a_x}) z) = e^{−A} exp(Σ_m c_m z^m)``
+      with ``a_x = q_x t``, ``A = Σ a_x`` and ``c_m = (−1)^{m−1}/m Σ_x (e^{a_x} − 1)^m``, a
+      power series in the power sums ``Σ_x a_x^r`` (precomputed per block) whose tail beyond
+      ``D`` terms is at most ``A (m u)^D / (m u (D+1)!)`` with ``u = max a_x`` (kept below
+      1e-19); the other tokens join one by one. This gives ``Q`` at the block boundaries.
+    * ``Q`` grows with ``H`` and so does ``p(H)``: inside a block,
+      ``p(H_i) − Q(H_i) ≥ p(H_{start}) − Q(H_{end})``. Only blocks where this lower bound is
+      below the best boundary value (less ``CANDIDATE_SLACK``) are swept token by token,
+      from the count distributions stored at their start.
+
+    Parameters
+    ----------
+    p_sorted, q_sorted : numpy.ndarray, shape (V,)
+        Target and draft probabilities in sweep order.
+    counts : sequence of int
+        The ``n`` values, each ``>= 1``.
+    h : float
+        Trapezoid step in log time.
+
+    Returns
+    -------
+    gap : numpy.ndarray, shape (len(counts),)
+        ``min(0, min_i [p(H_i) − Q_n(H_i)])``.
+    index : numpy.ndarray of int64, shape (len(counts),)
+        The prefix length ``i`` attaining it (0 when ``gap = 0``).
+    """
+    q, wanted, distinct, suffix, positives = _prefix_layout(q_sorted, counts)
+    cum_p = np.concatenate(([0.0], np.cumsum(p_sorted, dtype=np.float64)))
+    size = q.shape[0]
+    outside = suffix > 0
+    gap = np.zeros(distinct.size)
+    index = np.zeros(distinct.size, dtype=np.int64)
+
+    def settle(c: int, columns: np.ndarray, mass: np.ndarray) -> np.ndarray:
+        mass = clip_rounding(mass, 0.0, 1.0, "without_replacement Q(H) (exponential clocks)")
+        values = cum_p[columns] - mass
+        if np.isnan(values).any():
+            raise ValueError(f"NaN in p(H) − Q(H) of without_replacement, n={distinct[c]}")
+        where = int(np.argmin(values)) if values.size else 0
+        if values.size and values[where] < gap[c]:
+            gap[c], index[c] = values[where], columns[where]
+        return mass
+
+    def exact(n: int, columns: np.ndarray, remaining: np.ndarray, left: np.ndarray) -> np.ndarray:
+        enough = positives[columns] >= n
+        live = enough & outside[columns]
+        return np.where(live, 1.0 - (remaining + left), np.where(enough, 1.0, 0.0))
+
+    closed = np.zeros(distinct.size, dtype=bool)
+    for c, n in enumerate(distinct):
+        if n <= 2:
+            with np.errstate(over="ignore", invalid="ignore"):
+                mass = _closed_form_mass(q, suffix, int(n))
+            mass = np.where(positives >= n, np.where(outside, mass, 1.0), 0.0)
+            # 1 − q_x below the normal range can overflow the odds: integrate instead
+            closed[c] = bool(np.all(np.isfinite(mass)))
+            if closed[c]:
+                settle(c, np.arange(size + 1), mass)
+    integrated = distinct[~closed]
+    if integrated.size == 0:
+        return gap[np.searchsorted(distinct, wanted)], index[np.searchsorted(distinct, wanted)]
+    live = (positives >= integrated[0]) & outside
+    if not np.any(live):
+        for c in np.flatnonzero(~closed):
+            n = int(distinct[c])
+            settle(c, np.arange(size + 1), np.where(positives >= n, 1.0, 0.0))
+        return gap[np.searchsorted(distinct, wanted)], index[np.searchsorted(distinct, wanted)]
+    t_lo, num_nodes, scale = _grid(suffix, live, integrated, h)
+    top = int(integrated[-1])
+    slots = np.flatnonzero(~closed)  # where each integrated n sits in ``distinct``
+    known = np.zeros((integrated.size, size + 1))  # Q at the prefixes evaluated so far
+    growth = [_growth_bound(q, int(n)) for n in integrated]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ratio = np.where(q > 0, p_sorted / q, np.inf)
+    beta = _series_table(top, MOST_TERMS)
+    length = 1
+    while size // (length * REFINE) >= TOP_SEGMENTS:
+        length *= REFINE
+    ranges = np.array([[0, size]])
+    states = np.zeros((num_nodes, 1, top))
+    states[:, 0, 0] = 1.0
+    while ranges.size:
+        # segments of ``length`` tokens inside each range; the ranges' tokens concatenated
+        cuts = [np.append(np.arange(a, b, length), b) for a, b in ranges]
+        groups = np.concatenate(([0], np.cumsum([c.size - 1 for c in cuts])))
+        idx = np.concatenate([np.arange(a, b) for a, b in ranges])
+        ends = np.concatenate([c[1:] for c in cuts])  # prefix length at each segment end
+        starts = np.concatenate([c[:-1] for c in cuts])
+        edges = np.concatenate(([0], np.cumsum(ends - starts)))
+        vals = q[idx] * scale
+        rising = np.empty(vals.size)
+        sigma = np.empty((vals.size if length > 1 else 0, MOST_TERMS))
+        if length > 1:
+            _segment_power_sums(vals, edges, MOST_TERMS, rising, sigma)
+        remaining, stored = _segment_mass(
+            vals,
+            suffix[idx + 1] * scale,
+            integrated,
+            t_lo / scale,
+            h,
+            num_nodes,
+            groups,
+            edges,
+            rising,
+            sigma,
+            beta,
+            states,
+        )
+        left = _left_weight(suffix[ends], t_lo, h)
+        masses = [exact(int(n), ends, remaining[k], left) for k, n in enumerate(integrated)]
+        for k, mass in enumerate(masses):
+            known[k, ends] = settle(int(slots[k]), ends, mass)
+        if length == 1:
+            break
+        # inside a segment: p(H_i) ≥ p(H_s) + r_s m and Q(H_i) ≤ min(Q(H_e), Q(H_s) + K m)
+        # (m = q(H_i) − q(H_s)), so p(H_i) − Q(H_i) ≥ p(H_s) − Q(H_e) + min(r_s/K, 1) ΔQ
+        rise = [np.maximum(known[k, ends] - known[k, starts], 0.0) for k in range(len(masses))]
+        lower = [
+            cum_p[starts] - known[k, ends] + np.minimum(ratio[starts] / growth[k], 1.0) * rise[k]
+            for k in range(len(masses))
+        ]
+        chosen = np.flatnonzero(
+            (ends - starts > 1)
+            & np.any([lo < gap[slots[k]] + CANDIDATE_SLACK for k, lo in enumerate(lower)], axis=0)
+        )
+        ranges = np.stack([starts[chosen], ends[chosen]], axis=1)
+        states = stored[:, chosen, :]
+        length //= REFINE
+    at = np.searchsorted(distinct, wanted)
+    return gap[at], index[at]

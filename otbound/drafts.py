@@ -43,7 +43,7 @@ import numba
 import numpy as np
 
 from otbound._checks import ROUNDING_TOLERANCE, clip_rounding
-from otbound._sequential_mass import sequential_prefix_masses
+from otbound._sequential_mass import sequential_prefix_masses, sequential_prefix_minimum
 
 #: The smallest positive normal float64.
 _TINY = np.finfo(np.float64).tiny
@@ -384,6 +384,19 @@ class WithoutReplacement(DraftDesign):
     def prefix_masses(self, q_sorted, counts):
         rows = [sequential_prefix_masses(row, counts) for row in q_sorted]
         return np.stack(rows, axis=1)  # one pass per node serves every n
+
+    def prefix_minimum(
+        self, p_sorted: np.ndarray, q_sorted: np.ndarray, counts: Sequence[int]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``min(0, min_i [p(H_i) − Q_n(H_i)])`` and its prefix length ``i`` per ``n`` and row,
+        shapes (len(counts), B), without ``Q`` at every prefix
+        (:func:`otbound._sequential_mass.sequential_prefix_minimum`; equal to the minimum of
+        :meth:`prefix_masses` within its error)."""
+        found = [
+            sequential_prefix_minimum(p, q, counts) for p, q in zip(p_sorted, q_sorted, strict=True)
+        ]
+        gap = np.stack([g for g, _ in found], axis=1)
+        return gap, np.stack([i for _, i in found], axis=1)
 
 
 #: The scaled ``e_k`` kernel renormalises a mantissa once it leaves ``(_LOW, _HIGH)``.

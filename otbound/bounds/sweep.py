@@ -111,12 +111,18 @@ def _sorted_sweep(
     best = np.zeros(rows)  # H = ∅ gives 0
     best_set = np.zeros((rows, vocab), dtype=bool)
     for order in design.sweep_orders(p, q, n):
-        mass = design.prefix_mass(_take_sorted(q, order), n)
-        cum_p = _prefix_sums(_take_sorted(p, order))
-        _refuse_nan(cum_p - mass, design, n, "prefix sweep", first_row)
-        gap = cum_p - _checked_mass(mass, design, [n], first_row)
-        where = np.argmin(gap, axis=-1)
-        value = gap[np.arange(rows), where]
+        if (
+            getattr(design, "prefix_minimum", None) is not None
+        ):  # the minimum without every prefix's Q
+            found = design.prefix_minimum(_take_sorted(p, order), _take_sorted(q, order), [n])
+            value, where = found[0][0], found[1][0]
+        else:
+            mass = design.prefix_mass(_take_sorted(q, order), n)
+            cum_p = _prefix_sums(_take_sorted(p, order))
+            _refuse_nan(cum_p - mass, design, n, "prefix sweep", first_row)
+            gap = cum_p - _checked_mass(mass, design, [n], first_row)
+            where = np.argmin(gap, axis=-1)
+            value = gap[np.arange(rows), where]
         better = value < best
         if np.any(better):
             best[better] = value[better]
@@ -250,6 +256,12 @@ def _shared_sorted_sweep(
     rows = p.shape[0]
     best = np.zeros((len(counts), rows))
     for order in design.sweep_orders(p, q, counts[0]):
+        if (
+            getattr(design, "prefix_minimum", None) is not None
+        ):  # the minimum without every prefix's Q
+            gap = design.prefix_minimum(_take_sorted(p, order), _take_sorted(q, order), counts)[0]
+            best = np.minimum(best, gap)
+            continue
         cum_p = _prefix_sums(_take_sorted(p, order))
         masses = design.prefix_masses(_take_sorted(q, order), counts)
         for n, mass in zip(counts, masses, strict=True):
