@@ -91,3 +91,11 @@ def test_console_script_is_declared():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["scripts"] == {"otbound": "otbound.cli.main:main"}
     assert "version" in project["dynamic"]
+
+
+def test_import_otbound_does_not_load_cvxpy_or_scipy_stats():
+    """cvxpy and scipy.stats (half a second each to import) are loaded where they are used:
+    the reference LP, the lossless check's p-value, a summary's intervals."""
+    code = "import sys, otbound; print('cvxpy' in sys.modules, 'scipy.stats' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False False"

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 #: Columns that identify a summary group.
 GROUP: tuple[str, ...] = ("temperature", "n", "design", "verifier")
@@ -152,6 +151,8 @@ def _mean_and_interval(
         return mean, np.nan, np.nan
     resid = totals - mean * counts
     se = np.sqrt(c / (c - 1) * np.sum(resid**2)) / counts.sum()
+    from scipy import stats  # half a second to import: only when a summary is made
+
     half = stats.t.ppf(0.5 + level / 2, c - 1) * se
     return mean, mean - half, mean + half
 

@@ -6,12 +6,12 @@ r"""The set LP written in cvxpy: the reference formulation for the docs, and a t
     \quad\text{s.t.}\quad \sum_{y∈S} C[S, y] ≤ Q(S),\qquad \sum_{S∋y} C[S, y] ≤ p(y).
 
 :func:`otbound.solve_primal` solves the same LP through the HiGHS wrapper directly (faster,
-and it returns the plan); this version is for reading and cross-checking.
+and it returns the plan); this version is for reading and cross-checking. cvxpy is imported
+when the function runs: it takes about half a second to import, which ``import otbound``
+does not pay.
 """
 
 from __future__ import annotations
-
-import cvxpy as cp
 
 from otbound._checks import clip_rounding
 from otbound.bounds._highs import LP_SLACK, LPError
@@ -49,6 +49,8 @@ def solve_primal_cvxpy(
     >>> round(solve_primal_cvxpy([0.3, 0.4, 0.3], [0.6, 0.3, 0.1], n=1), 6)
     0.7
     """
+    import cvxpy as cp
+
     prob = set_problem(p, q, n, design, caller="solve_primal_cvxpy")
     m = prob.sets.shape[0]
     incidence = prob.incidence()  # rows: the m sets, then the V tokens; columns: cells y ∈ S
