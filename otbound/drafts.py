@@ -240,6 +240,14 @@ class DraftDesign(ABC):
         """``(α* − 1, H)`` per row (B, V) without sorting, where a closed form exists."""
         return None
 
+    def prefix_minimum(
+        self, p_sorted: np.ndarray, q_sorted: np.ndarray, counts: Sequence[int]
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """``min(0, min_i [p(H_i) − Q_n(H_i)])`` and its prefix length ``i`` per ``n`` and row
+        (len(counts), B), where the design finds it without ``Q`` at every prefix; ``None``
+        (the default): the sweep takes the minimum of :meth:`prefix_masses`."""
+        return None
+
     @abstractmethod
     def prefix_mass(self, q_sorted: np.ndarray, n: int) -> np.ndarray:
         """``Q(H_i)`` for the prefixes of ``q_sorted`` (B, [n,] V): shape (B, V + 1)."""

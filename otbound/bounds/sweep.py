@@ -111,18 +111,8 @@ def _sorted_sweep(
     best = np.zeros(rows)  # H = ∅ gives 0
     best_set = np.zeros((rows, vocab), dtype=bool)
     for order in design.sweep_orders(p, q, n):
-        if (
-            getattr(design, "prefix_minimum", None) is not None
-        ):  # the minimum without every prefix's Q
-            found = design.prefix_minimum(_take_sorted(p, order), _take_sorted(q, order), [n])
-            value, where = found[0][0], found[1][0]
-        else:
-            mass = design.prefix_mass(_take_sorted(q, order), n)
-            cum_p = _prefix_sums(_take_sorted(p, order))
-            _refuse_nan(cum_p - mass, design, n, "prefix sweep", first_row)
-            gap = cum_p - _checked_mass(mass, design, [n], first_row)
-            where = np.argmin(gap, axis=-1)
-            value = gap[np.arange(rows), where]
+        values, wheres = _prefix_minimum(p, q, order, [n], design, first_row)
+        value, where = values[0], wheres[0]
         better = value < best
         if np.any(better):
             best[better] = value[better]
@@ -245,6 +235,31 @@ def _alpha_from_gap(gap: np.ndarray, design: DraftDesign, counts: Sequence[int])
     return clip_rounding(1.0 + gap, 0.0, 1.0, f"α* of design {design.name!r} (n={names})")
 
 
+def _prefix_minimum(
+    p: np.ndarray,
+    q: np.ndarray,
+    order: np.ndarray,
+    counts: Sequence[int],
+    design: DraftDesign,
+    first_row: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The minimum of ``p(H_i) − Q_n(H_i)`` over the prefixes of ``order`` and its prefix
+    length, per ``n`` and row (len(counts), B): the design's own
+    :meth:`~otbound.drafts.DraftDesign.prefix_minimum` where it has one, else the minimum of
+    its checked :meth:`~otbound.drafts.DraftDesign.prefix_masses`."""
+    p_sorted, q_sorted = _take_sorted(p, order), _take_sorted(q, order)
+    found = design.prefix_minimum(p_sorted, q_sorted, counts)
+    if found is not None:
+        return found
+    cum_p = _prefix_sums(p_sorted)
+    masses = design.prefix_masses(q_sorted, counts)
+    for n, mass in zip(counts, masses, strict=True):
+        _refuse_nan(cum_p - mass, design, n, "prefix sweep", first_row)
+    gap = cum_p[None] - _checked_mass(masses, design, counts, first_row)
+    where = np.argmin(gap, axis=-1)
+    return np.take_along_axis(gap, where[..., None], axis=-1)[..., 0], where
+
+
 def _shared_sorted_sweep(
     p: np.ndarray,
     q: np.ndarray,
@@ -256,18 +271,8 @@ def _shared_sorted_sweep(
     rows = p.shape[0]
     best = np.zeros((len(counts), rows))
     for order in design.sweep_orders(p, q, counts[0]):
-        if (
-            getattr(design, "prefix_minimum", None) is not None
-        ):  # the minimum without every prefix's Q
-            gap = design.prefix_minimum(_take_sorted(p, order), _take_sorted(q, order), counts)[0]
-            best = np.minimum(best, gap)
-            continue
-        cum_p = _prefix_sums(_take_sorted(p, order))
-        masses = design.prefix_masses(_take_sorted(q, order), counts)
-        for n, mass in zip(counts, masses, strict=True):
-            _refuse_nan(cum_p - mass, design, n, "shared prefix sweep", first_row)
-        gap = cum_p[None] - _checked_mass(masses, design, counts, first_row)
-        best = np.minimum(best, gap.min(axis=-1))
+        gap, _ = _prefix_minimum(p, q, order, counts, design, first_row)
+        best = np.minimum(best, gap)
     return best
 
 
