@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from otbound.capture._errors import CaptureError, _check_limits, _first_line
+from otbound.dumps._format import file_sha256
 
 #: Which end of a long prompt ``max_prompt_tokens`` cuts: ``left`` keeps the last tokens.
 TRUNCATION_SIDES = ("left", "right")
@@ -260,13 +261,9 @@ def read_prompts(
 def prompt_file_info(path: str | Path) -> dict[str, Any]:
     """The prompt file as the manifest records it: path, sha256, size and format."""
     path = Path(path)
-    sha = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 22):
-            sha.update(block)
     return {
         "file": str(path.resolve()),
-        "sha256": sha.hexdigest(),
+        "sha256": file_sha256(path),
         "size": path.stat().st_size,
         "format": prompt_format(path),
     }
