@@ -278,17 +278,51 @@ def _series_table(top: int, terms: int) -> np.ndarray:
 
 
 @numba.njit(cache=True, parallel=True)
-def _segment_power_sums(vals, edges, terms, rising, sigma):  # pragma: no cover - compiled
-    """Per segment ``[edges[s], edges[s+1])`` of ``vals``, its masses in ascending order
-    (``rising``) and, at each position ``k``, ``σ_r = Σ_{j ≤ k} (q_j / q_k)^r`` for
-    ``r = 1..terms`` (``sigma[k, r−1]``; 0 where ``q_k = 0``)."""
+def _segment_power_sums(
+    vals, edges, terms, small_limit, rising, sigma, small_count
+):  # pragma: no cover - compiled
+    """Per segment ``[edges[s], edges[s+1])`` of ``vals``: its masses laid out for :func:`_fold`.
+
+    The ``g`` masses at most ``small_limit`` (``small_count[s] = g``) come first, in any order
+    but with their largest last; they are folded at every node (``small_limit · t`` stays at
+    most ``SMALL_RATE`` on the whole grid), so they need no sort. The others follow in
+    ascending order (``rising``). At the group's last position and at each later position
+    ``k``, ``σ_r = Σ_{j ≤ k} (q_j / q_k)^r`` for ``r = 1..terms`` (``sigma[k, r−1]``; 0 where
+    ``q_k = 0``); the group's other positions are never read.
+    """
     for s in numba.prange(edges.shape[0] - 1):
         start, stop = edges[s], edges[s + 1]
+        small_count[s] = 0
         if stop - start <= FOLD_MIN:  # swept token by token: no power sums
             continue
-        rising[start:stop] = np.sort(vals[start:stop])
-        previous = 0.0
+        low, high = start, stop
+        largest, at = -1.0, start
         for k in range(start, stop):
+            value = vals[k]
+            if value <= small_limit:
+                if value > largest:
+                    largest, at = value, low
+                rising[low] = value
+                low += 1
+            else:
+                high -= 1
+                rising[high] = value
+        rising[low:stop] = np.sort(rising[low:stop])
+        small_count[s] = low - start
+        previous = 0.0
+        if low > start:
+            rising[at], rising[low - 1] = rising[low - 1], largest
+            for r in range(terms):
+                sigma[low - 1, r] = 0.0
+            if largest > 0.0:
+                for k in range(start, low):
+                    ratio = rising[k] / largest
+                    power = 1.0
+                    for r in range(terms):
+                        power *= ratio
+                        sigma[low - 1, r] += power
+            previous = largest
+        for k in range(low, stop):
             value = rising[k]
             ratio = previous / value if value > 0.0 else 0.0
             power = 1.0
@@ -392,6 +426,7 @@ def _segment_mass(
     edges,
     rising,
     sigma,
+    small_count,
     beta,
     start_states,
     store,
@@ -403,7 +438,8 @@ def _segment_mass(
     segments ``groups[g]:groups[g+1]`` of ``edges``; ``lam_after[i]`` is ``λ`` of the prefix
     ending with token ``i``. Each group starts from ``start_states[j, g]`` at node ``j``.
     Inside a segment of more than ``FOLD_MIN`` tokens the tokens with ``q t ≤ SMALL_RATE``
-    join at once by :func:`_fold` (where ``sigma`` is given), the others one by one. Returns
+    join at once by :func:`_fold` (where ``sigma`` is given; the layout and ``small_count``
+    of :func:`_segment_power_sums`), the others one by one. Returns
     the trapezoid sums ``Σ_j w_j P[N < n]`` at every segment end (len(counts), segments) and,
     when ``store``, every node's state at every segment start (num_nodes, segments, max n),
     zero once negligible (else an empty array). The nodes are split into one chunk per
@@ -434,7 +470,11 @@ def _segment_mass(
                         stored[j, s, :] = state
                     start, stop = edges[s], edges[s + 1]
                     if folding and stop - start > FOLD_MIN:
-                        split = start + np.searchsorted(rising[start:stop], limit, side="right")
+                        group = start + small_count[s]
+                        if group > start and rising[group - 1] > limit:
+                            split = start  # not reached: small_limit keeps the group foldable
+                        else:
+                            split = group + np.searchsorted(rising[group:stop], limit, side="right")
                         done = split == start
                         if not done:
                             done = _fold(
@@ -621,6 +661,9 @@ def sequential_prefix_minimum(
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         ratio = np.where(q > 0, p_sorted / q, np.inf)
     beta = _series_table(top, MOST_TERMS)
+    # masses that stay foldable at the largest node need no sort (:func:`_segment_power_sums`)
+    log_largest_node = math.log(t_lo / scale) + (num_nodes - 1) * h
+    small_limit = SMALL_RATE * math.exp(-log_largest_node) * (1.0 - 1e-9)
     if cuts is None:
         length = 1
         while stop // (length * REFINE) >= TOP_SEGMENTS:
@@ -643,8 +686,9 @@ def sequential_prefix_minimum(
         rising = np.empty(vals.size)
         longest = int(np.max(ends - starts))
         sigma = np.empty((vals.size if longest > 1 else 0, MOST_TERMS))
+        small_count = np.zeros(edges.size - 1, dtype=np.int64)
         if longest > 1:
-            _segment_power_sums(vals, edges, MOST_TERMS, rising, sigma)
+            _segment_power_sums(vals, edges, MOST_TERMS, small_limit, rising, sigma, small_count)
         remaining, stored = _segment_mass(
             vals,
             suffix[idx + 1] * scale,
@@ -656,6 +700,7 @@ def sequential_prefix_minimum(
             edges,
             rising,
             sigma,
+            small_count,
             beta,
             states,
             longest > 1,
