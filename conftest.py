@@ -18,6 +18,7 @@ if importlib.util.find_spec("torch") is None:
     collect_ignore_glob += [
         "otbound/capture/*",
         "otbound/bounds/torch_sweep.py",
+        "otbound/verifiers/torch_acceptance.py",
         "otbound/cli/log_distributions.py",
     ]
 

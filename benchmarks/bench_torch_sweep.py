@@ -61,6 +61,26 @@ def _ints(text: str) -> list[int]:
     return [int(x.replace("_", "")) for x in text.split(",") if x.strip()]
 
 
+def print_rates(
+    label: str,
+    vocab: int,
+    n: int,
+    numpy_run: tuple[np.ndarray, float, int],
+    torch_run: tuple[np.ndarray, float, int],
+) -> None:
+    """One Markdown row: steps per second of numpy and torch (each run: its values, its best
+    seconds and its steps), their ratio, and the largest difference on the common steps."""
+    (want, t_np, numpy_steps), (got, t_torch, torch_steps) = numpy_run, torch_run
+    common = min(numpy_steps, torch_steps)
+    diff = float(np.max(np.abs(got[:common] - want[:common])))
+    numpy_rate, torch_rate = numpy_steps / t_np, torch_steps / t_torch
+    print(
+        f"| {label} | {vocab:,} | {n} | {numpy_rate:,.1f} | {torch_rate:,.1f} | "
+        f"{torch_rate / numpy_rate:.2f}x | {diff:.1e} |",
+        flush=True,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -110,14 +130,8 @@ def main() -> None:
                     lambda: optimal_acceptance_torch(p_t, q_t, n=n, design=design), repeat, sync
                 )
                 got = optimal_acceptance_torch(p_t, q_t, n=n, design=design).cpu().numpy()
-                rows = min(args.batch, args.numpy_batch)
-                diff = float(np.max(np.abs(got[:rows] - want[:rows])))
-                numpy_rate = args.numpy_batch / t_np
-                torch_rate = args.batch / t_torch
-                print(
-                    f"| {design} | {vocab:,} | {n} | {numpy_rate:,.1f} | {torch_rate:,.1f} | "
-                    f"{torch_rate / numpy_rate:.2f}x | {diff:.1e} |",
-                    flush=True,
+                print_rates(
+                    design, vocab, n, (want, t_np, args.numpy_batch), (got, t_torch, args.batch)
                 )
 
 

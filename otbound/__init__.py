@@ -1,9 +1,18 @@
 """otbound: how far each multi-draft speculative-decoding verifier is from the best possible.
 
 The public API is re-exported here; see the README and ``help(otbound.optimal_acceptance)``.
+
+``import otbound`` loads none of the heavy dependencies (pandas, numba, HiGHS, scipy): each name
+is imported from its module the first time it is used (PEP 562 module ``__getattr__``; the
+subpackages do the same), so ``ob.compare`` loads what :func:`compare` needs and no more.
 """
 
+import importlib as _importlib
 import os as _os
+import sys as _sys
+from collections.abc import Callable as _Callable
+from typing import TYPE_CHECKING
+from typing import Any as _Any
 
 # numba's compiled sweeps run on OpenMP threads, which by default spin while they wait for each
 # other: on a busy machine (parallel jobs, a notebook beside a training run) that makes them up
@@ -11,39 +20,119 @@ import os as _os
 # before numba loads OpenMP; a value the user chose is kept.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from otbound import dumps, sequence, trees
-from otbound.bounds import (
-    DualResult,
-    LPError,
-    PrimalResult,
-    SpecHubLPResult,
-    SweepResult,
-    optimal_acceptance,
-    solve_dual,
-    solve_primal,
-    solve_spechub_lp,
-)
-from otbound.drafts import DESIGNS, DraftDesign, get_design
-from otbound.dumps import DumpError, DumpWriter, open_dump
-from otbound.evaluate import LosslessResult, check_lossless, compare
-from otbound.logits import softmax
-from otbound.sequence import block_acceptance, optimal_block_acceptance
-from otbound.trees import (
-    best_tree,
-    block_efficiency,
-    bound_block_efficiency,
-    chain,
-    kary_tree,
-    positional_acceptance,
-    predict_tokens_per_call,
-)
-from otbound.verifiers import (
-    VERIFIERS,
-    BaseVerifier,
-    SimulationResult,
-    Verifier,
-    get_verifier,
-)
+
+def _lazy_exports(
+    package: str, exports: dict[str, tuple[str, ...]]
+) -> tuple[_Callable[[str], _Any], _Callable[[], list[str]]]:
+    """A package's module ``__getattr__`` and ``__dir__`` (PEP 562) that import each exported
+    name from its module on first use.
+
+    ``exports`` maps a module to the names the package re-exports from it (the same names the
+    package imports under ``TYPE_CHECKING``, for type checkers). Any other name is looked up
+    as a submodule (``otbound.bounds.sweep``), as an eager ``import`` of the package once made
+    every submodule an attribute. A name is bound in the package once found, so the next use
+    costs nothing.
+    """
+    origins = {name: module for module, names in exports.items() for name in names}
+
+    def __getattr__(name: str) -> _Any:
+        origin = origins.get(name)
+        if origin is not None:
+            value = getattr(_importlib.import_module(origin), name)
+        elif name.startswith("__") or not name.isidentifier():
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        else:
+            try:
+                value = _importlib.import_module(f"{package}.{name}")
+            except ModuleNotFoundError as error:
+                if error.name != f"{package}.{name}":
+                    raise  # the submodule exists but needs what is not installed
+                raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
+        setattr(_sys.modules[package], name, value)
+        return value
+
+    def __dir__() -> list[str]:
+        module = _sys.modules[package]
+        return sorted(set(vars(module)) | set(origins) | set(getattr(module, "__all__", ())))
+
+    return __getattr__, __dir__
+
+
+if TYPE_CHECKING:
+    from otbound import dumps, sequence, trees
+    from otbound.bounds import (
+        DualResult,
+        LPError,
+        PrimalResult,
+        SpecHubLPResult,
+        SweepResult,
+        optimal_acceptance,
+        solve_dual,
+        solve_primal,
+        solve_spechub_lp,
+    )
+    from otbound.drafts import DESIGNS, DraftDesign, get_design
+    from otbound.dumps import DumpError, DumpWriter, open_dump
+    from otbound.evaluate import LosslessResult, check_lossless, compare
+    from otbound.logits import softmax
+    from otbound.sequence import optimal_block_acceptance
+
+    # from its module: mypy takes ``otbound.sequence.block_acceptance`` in an ``if`` for the module
+    from otbound.sequence.block_acceptance import block_acceptance
+    from otbound.trees import (
+        best_tree,
+        block_efficiency,
+        bound_block_efficiency,
+        chain,
+        kary_tree,
+        positional_acceptance,
+        predict_tokens_per_call,
+    )
+    from otbound.verifiers import (
+        VERIFIERS,
+        BaseVerifier,
+        SimulationResult,
+        Verifier,
+        get_verifier,
+    )
+else:
+    __getattr__, __dir__ = _lazy_exports(
+        __name__,
+        {
+            "otbound.bounds": (
+                "DualResult",
+                "LPError",
+                "PrimalResult",
+                "SpecHubLPResult",
+                "SweepResult",
+                "optimal_acceptance",
+                "solve_dual",
+                "solve_primal",
+                "solve_spechub_lp",
+            ),
+            "otbound.drafts": ("DESIGNS", "DraftDesign", "get_design"),
+            "otbound.dumps": ("DumpError", "DumpWriter", "open_dump"),
+            "otbound.evaluate": ("LosslessResult", "check_lossless", "compare"),
+            "otbound.logits": ("softmax",),
+            "otbound.sequence": ("block_acceptance", "optimal_block_acceptance"),
+            "otbound.trees": (
+                "best_tree",
+                "block_efficiency",
+                "bound_block_efficiency",
+                "chain",
+                "kary_tree",
+                "positional_acceptance",
+                "predict_tokens_per_call",
+            ),
+            "otbound.verifiers": (
+                "VERIFIERS",
+                "BaseVerifier",
+                "SimulationResult",
+                "Verifier",
+                "get_verifier",
+            ),
+        },
+    )
 
 __all__ = [
     "DESIGNS",

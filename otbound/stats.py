@@ -64,9 +64,9 @@ def wilson_interval(successes: int, trials: int, level: float = 0.95) -> tuple[f
             f"a Wilson interval needs trials >= 1 and 0 <= successes <= trials, got "
             f"{successes} successes in {trials} trials"
         )
-    from scipy.stats import norm
+    from scipy.special import ndtri  # the normal quantile (scipy.stats: 0.3 s more to import)
 
-    z = float(norm.ppf(0.5 + level / 2.0))
+    z = float(ndtri(0.5 + level / 2.0))
     phat = successes / trials
     denom = 1.0 + z * z / trials
     centre = (phat + z * z / (2.0 * trials)) / denom
@@ -122,7 +122,7 @@ def cluster_mean_interval(
         return mean, np.nan, np.nan
     resid = totals - mean * counts
     se = np.sqrt(c / (c - 1) * np.sum(resid**2)) / counts.sum()
-    from scipy import stats  # half a second to import: only when an interval is made
+    from scipy.special import stdtrit  # Student's t quantile (scipy.stats: 0.3 s more to import)
 
-    half = stats.t.ppf(0.5 + level / 2, c - 1) * se
+    half = stdtrit(c - 1, 0.5 + level / 2) * se
     return mean, mean - half, mean + half

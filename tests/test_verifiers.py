@@ -13,12 +13,13 @@ import math
 
 import numpy as np
 import pytest
+from kernel_cases import kernel_cases
 from scipy.optimize import brentq
 
 from otbound import optimal_acceptance
 from otbound.drafts import get_design
 from otbound.verifiers import VERIFIERS, get_verifier
-from otbound.verifiers.base import BaseVerifier
+from otbound.verifiers.base import MIN_RB_TRIALS, BaseVerifier
 
 # -- random cases ----------------------------------------------------------------------------
 
@@ -922,7 +923,13 @@ def test_estimate_is_exact_where_acceptance_is_and_sized_by_the_target():
     a = v.estimate(p, q, 4, trials=50_000, seed=1, target_se=0.005)
     b = v.estimate(p, q, 4, trials=50_000, seed=1, target_se=0.005)
     assert a == b and a.method == "rao_blackwell"  # seeded
-    assert 1_000 <= a.trials <= 50_000 and a.stderr < 0.005
+    assert MIN_RB_TRIALS <= a.trials <= 50_000 and a.stderr < 0.005
+    # the pilot's size is the Rao-Blackwellised floor; a target the floor already meets
+    # takes exactly the floor, a tighter one grows the final sample past it
+    loose = v.estimate(p, q, 4, trials=50_000, seed=1, target_se=0.5)
+    assert loose.trials == MIN_RB_TRIALS
+    tight = v.estimate(p, q, 4, trials=50_000, seed=1, target_se=loose.stderr / 3)
+    assert tight.trials > 4 * MIN_RB_TRIALS and tight.stderr < loose.stderr / 2
     lo, hi = a.ci()
     assert lo <= a.acceptance <= hi and hi - lo == pytest.approx(2 * 1.959964 * a.stderr, rel=1e-5)
     fixed = v.estimate(p, q, 4, trials=3_000, seed=1)
@@ -981,31 +988,8 @@ def test_importance_stage_lp_cache_reuses_weights_across_steps():
 
 
 def _kernel_cases(count: int, seed: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
-    """Seeded (p, q) pairs for kernel-equivalence tests: Zipf, peaked, ties, extreme masses
-    and zeros, V from 2 to 50,000 (a few large ones)."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(count):
-        vocab = [50_000, 8_192][i] if i < 2 else int(rng.integers(2, 400))
-        kind = ["zipf", "peaked", "ties", "extreme", "zeros"][i % 5]
-        ranks = np.arange(1, vocab + 1, dtype=float)
-        if kind == "zipf":
-            p, q = ranks ** -rng.uniform(0.8, 1.5), rng.permutation(ranks) ** -1.1
-        elif kind == "peaked":
-            base = rng.normal(0, 3, vocab)
-            p, q = np.exp(base + rng.normal(0, 1, vocab)), np.exp(base + rng.normal(0, 1, vocab))
-            p[rng.integers(vocab)] += 50 * p.sum()
-        elif kind == "ties":
-            p, q = rng.integers(1, 4, vocab).astype(float), rng.integers(1, 4, vocab).astype(float)
-        elif kind == "extreme":
-            p, q = 10.0 ** rng.uniform(-30, 0, vocab), 10.0 ** rng.uniform(-30, 0, vocab)
-        else:
-            p, q = rng.random(vocab), rng.random(vocab)
-            p[rng.random(vocab) < 0.3] = 0.0
-            q[rng.random(vocab) < 0.3] = 0.0
-            p[0] = q[0] = 1.0
-        out.append((kind, p / p.sum(), q / q.sum()))
-    return out
+    """Seeded hard (p, q) pairs for kernel-equivalence tests, V from 2 to 50,000."""
+    return kernel_cases(count, seed, big=(50_000, 8_192))
 
 
 def test_gls_shared_quadrature_matches_reference():

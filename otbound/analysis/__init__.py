@@ -21,32 +21,69 @@ Examples
 [{'verifier': 'bound', 'steps': 8}, {'verifier': 'rrs', 'steps': 8}]
 """
 
-from otbound.analysis._config import (
-    DEFAULT_DESIGNS,
-    DEFAULT_N,
-    DUMP_DESIGNS,
-    OPT_IN_VERIFIERS,
-    AnalysisConfig,
-    verifiers_for,
-)
-from otbound.analysis._device import bound_on, check_device
-from otbound.analysis._runner import (
-    HISTOGRAM_FILE,
-    RUN_FILE,
-    SKIPPED_FILE,
-    STEPS_FILE,
-    SUMMARY_FILE,
-    AnalysisError,
-    RunResult,
-    run_analysis,
-)
-from otbound.analysis._shard import (
-    SKIPPED_CELL_COLUMNS,
-    STEP_COLUMNS,
-    ShardOutcome,
-    analyse_shard,
-)
-from otbound.analysis._summary import SUMMARY_COLUMNS, gap_histogram, summarise
+from typing import TYPE_CHECKING
+
+from otbound import _lazy_exports
+
+if TYPE_CHECKING:
+    from otbound.analysis._config import (
+        DEFAULT_DESIGNS,
+        DEFAULT_N,
+        DUMP_DESIGNS,
+        OPT_IN_VERIFIERS,
+        AnalysisConfig,
+        verifiers_for,
+    )
+    from otbound.analysis._device import acceptance_on, bound_on, check_device
+    from otbound.analysis._runner import (
+        HISTOGRAM_FILE,
+        RUN_FILE,
+        SKIPPED_FILE,
+        STEPS_FILE,
+        SUMMARY_FILE,
+        AnalysisError,
+        RunResult,
+        run_analysis,
+    )
+    from otbound.analysis._shard import (
+        SKIPPED_CELL_COLUMNS,
+        STEP_COLUMNS,
+        ShardOutcome,
+        analyse_shard,
+    )
+    from otbound.analysis._summary import SUMMARY_COLUMNS, gap_histogram, summarise
+else:
+    __getattr__, __dir__ = _lazy_exports(
+        __name__,
+        {
+            "otbound.analysis._config": (
+                "DEFAULT_DESIGNS",
+                "DEFAULT_N",
+                "DUMP_DESIGNS",
+                "OPT_IN_VERIFIERS",
+                "AnalysisConfig",
+                "verifiers_for",
+            ),
+            "otbound.analysis._device": ("acceptance_on", "bound_on", "check_device"),
+            "otbound.analysis._runner": (
+                "HISTOGRAM_FILE",
+                "RUN_FILE",
+                "SKIPPED_FILE",
+                "STEPS_FILE",
+                "SUMMARY_FILE",
+                "AnalysisError",
+                "RunResult",
+                "run_analysis",
+            ),
+            "otbound.analysis._shard": (
+                "SKIPPED_CELL_COLUMNS",
+                "STEP_COLUMNS",
+                "ShardOutcome",
+                "analyse_shard",
+            ),
+            "otbound.analysis._summary": ("SUMMARY_COLUMNS", "gap_histogram", "summarise"),
+        },
+    )
 
 __all__ = [
     "DEFAULT_DESIGNS",
@@ -65,6 +102,7 @@ __all__ = [
     "AnalysisError",
     "RunResult",
     "ShardOutcome",
+    "acceptance_on",
     "analyse_shard",
     "bound_on",
     "check_device",

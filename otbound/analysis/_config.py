@@ -74,10 +74,12 @@ class AnalysisConfig:
         that ``(n, V)`` (``rrs_without_replacement`` and ``importance`` at ``n ≥ 3`` on large
         vocabularies: Rao-Blackwellised estimates); 0 skips such rows.
     mc_target_se : float, default 0.005
-        Per-step standard error each such row is sized for (two-stage: a pilot of 1,000
-        trials, then a fresh sample of ``clip(⌈1.25 s² / mc_target_se²⌉, 1000, mc_trials)``;
-        :meth:`otbound.verifiers.BaseVerifier.estimate`); it is below the target unless
-        ``mc_trials`` caps it. The rows' ``stderr`` column reports it.
+        Per-step standard error each such row is sized for (two-stage: a pilot of ``m_0``
+        trials, then a fresh sample of ``clip(⌈1.25 s² / mc_target_se²⌉, m_0, mc_trials)``,
+        ``m_0`` = 256 for the Rao-Blackwellised estimates and 1,000 for 0/1 events;
+        :meth:`otbound.verifiers.BaseVerifier.estimate`); it is aimed below the target (a
+        pilot that misses a rare large value can leave a row slightly above it), unless
+        ``mc_trials`` caps it. The rows' ``stderr`` column reports each row's own.
     seed : int, default 0
         Monte Carlo seed; each (step, n, verifier) gets its own stream derived from it.
     skip_bad_steps : bool, default False
@@ -91,9 +93,10 @@ class AnalysisConfig:
     chunk_steps : int, default 256
         Steps processed at once; memory grows with ``chunk_steps × V``.
     device : str, optional
-        Compute ``α*`` with torch on this device (``"cuda"``, ``"cpu"``...) for the designs
-        that have a torch sweep; default numpy. The results agree to 1e-9, so neither this nor
-        ``chunk_steps`` is part of :meth:`fingerprint`.
+        Compute with torch on this device (``"cuda"``, ``"cpu"``...): ``α*`` of the designs
+        that have a torch sweep and the exact acceptance of the verifiers that have a torch
+        formula (:mod:`otbound.verifiers.torch_acceptance`); default numpy. The results
+        agree to 1e-9, so neither this nor ``chunk_steps`` is part of :meth:`fingerprint`.
     """
 
     n: tuple[int, ...] = DEFAULT_N

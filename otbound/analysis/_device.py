@@ -1,10 +1,12 @@
-"""Where ``α*`` is computed: numpy (default) or torch on a device (a GPU, usually)."""
+"""Where ``α*`` and the verifiers' exact acceptance are computed: numpy (default) or torch on
+a device (a GPU, usually)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from otbound.bounds.solvers import Solver
+from otbound.verifiers.batched import BatchAcceptance
 
 
 def check_device(device: str | None) -> None:
@@ -47,3 +49,22 @@ def bound_on(device: str | None) -> Solver | None:
         return optimal_acceptance_torch(p, q, n, design, device=device).cpu().numpy()
 
     return Solver(f"torch on {device}", on_device, TORCH_DESIGNS)
+
+
+def acceptance_on(device: str | None) -> BatchAcceptance | None:
+    """The verifiers' exact acceptance on a torch device, as :func:`otbound.compare` takes it
+    (its ``acceptance``).
+
+    ``None`` for numpy. Otherwise a :class:`~otbound.verifiers.batched.BatchAcceptance`
+    serving the verifiers with a torch formula
+    (:data:`otbound.verifiers.torch_acceptance.TORCH_VERIFIERS`: ``single``, ``rrs``,
+    ``rrs_without_replacement`` at ``n ≤ 2``, ``kseq``, ``spechub``, ``greedy``, ``topk``,
+    ``gls``), each computed there for the whole batch of steps in float64 (equal to numpy's
+    to 1e-9); ``compare`` computes the others (``rrs_without_replacement`` at ``n ≥ 3``,
+    ``importance``, ``optimal``) with numpy, step by step.
+    """
+    if device is None:
+        return None
+    from otbound.verifiers.torch_acceptance import torch_acceptance_on
+
+    return torch_acceptance_on(device)

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from otbound.analysis._config import AnalysisConfig
-from otbound.analysis._device import bound_on
+from otbound.analysis._device import acceptance_on, bound_on
 from otbound.dumps import Dump, ShardData, acceptance_interval, prepare_distributions
 from otbound.evaluate import COMPARE_COLUMNS, SKIPPED_COLUMNS, compare, skipped_cells
 
@@ -121,6 +121,7 @@ def _full_rows(
         target_se=config.mc_target_se,
         step_ids=dist.step,
         bound=bound_on(config.device),
+        acceptance=acceptance_on(config.device),
     )
     cells = skipped_cells(frame)
     frame.attrs.clear()

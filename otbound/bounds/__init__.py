@@ -1,12 +1,30 @@
 """Optimal acceptance rates: the exact sweep and the HiGHS linear programs."""
 
-from otbound.bounds._highs import LP_SLACK, LPError, solve_lp
-from otbound.bounds.dual import DualResult, solve_dual
-from otbound.bounds.primal import PrimalResult, solve_primal
-from otbound.bounds.reference import solve_primal_cvxpy
-from otbound.bounds.solvers import SWEEP, Solver
-from otbound.bounds.spechub import SpecHubLPResult, solve_spechub_lp
-from otbound.bounds.sweep import SweepResult, optimal_acceptance
+from typing import TYPE_CHECKING
+
+from otbound import _lazy_exports
+
+if TYPE_CHECKING:
+    from otbound.bounds._highs import LP_SLACK, LPError, solve_lp
+    from otbound.bounds.dual import DualResult, solve_dual
+    from otbound.bounds.primal import PrimalResult, solve_primal
+    from otbound.bounds.reference import solve_primal_cvxpy
+    from otbound.bounds.solvers import SWEEP, Solver
+    from otbound.bounds.spechub import SpecHubLPResult, solve_spechub_lp
+    from otbound.bounds.sweep import SweepResult, optimal_acceptance
+else:
+    __getattr__, __dir__ = _lazy_exports(
+        __name__,
+        {
+            "otbound.bounds._highs": ("LP_SLACK", "LPError", "solve_lp"),
+            "otbound.bounds.dual": ("DualResult", "solve_dual"),
+            "otbound.bounds.primal": ("PrimalResult", "solve_primal"),
+            "otbound.bounds.reference": ("solve_primal_cvxpy",),
+            "otbound.bounds.solvers": ("SWEEP", "Solver"),
+            "otbound.bounds.spechub": ("SpecHubLPResult", "solve_spechub_lp"),
+            "otbound.bounds.sweep": ("SweepResult", "optimal_acceptance"),
+        },
+    )
 
 __all__ = [
     "LP_SLACK",

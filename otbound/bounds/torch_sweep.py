@@ -91,6 +91,14 @@ def _as_tensor(
         ) from exc
 
 
+def _check_chunk_elements(chunk_elements: object) -> None:
+    """Raise ``ValueError`` unless ``chunk_elements`` is a positive integer (not a bool)."""
+    if isinstance(chunk_elements, bool) or not isinstance(chunk_elements, numbers.Integral):
+        raise ValueError(f"chunk_elements must be a positive integer, got {chunk_elements!r}")
+    if chunk_elements < 1:
+        raise ValueError(f"chunk_elements must be a positive integer, got {chunk_elements}")
+
+
 def _check_distribution(t: torch.Tensor, name: str, *, normalize: bool) -> torch.Tensor:
     """Validate rows of probabilities along the last axis; returns them divided by their sums
     (the checks and words of :func:`otbound._checks.as_distribution`, by
@@ -209,10 +217,7 @@ def optimal_acceptance_torch(
     n = as_num_drafts(n)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ValueError(f"dtype must be a floating torch dtype, got {dtype!r}")
-    if isinstance(chunk_elements, bool) or not isinstance(chunk_elements, numbers.Integral):
-        raise ValueError(f"chunk_elements must be a positive integer, got {chunk_elements!r}")
-    if chunk_elements < 1:
-        raise ValueError(f"chunk_elements must be a positive integer, got {chunk_elements}")
+    _check_chunk_elements(chunk_elements)
     if device is None and isinstance(p, torch.Tensor):
         device = p.device
     p_t = _check_distribution(_as_tensor(p, "p", dtype, device), "p", normalize=normalize)

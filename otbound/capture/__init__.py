@@ -42,72 +42,153 @@ Needs ``torch`` and ``transformers`` (``pip install 'otbound[torch]'``); ``impor
 does not import this package.
 """
 
-from otbound.capture._errors import CaptureError, ModelFileError, out_of_memory_guard
-from otbound.capture._generate import (
-    AlignedSteps,
-    aligned_logits,
-    generate_continuations,
-    left_pad,
-    prompt_generator,
-    sample_tokens,
-    teacher_forced_logits,
-)
-from otbound.capture._gguf import (
-    GGUF_SUFFIX,
-    GGUFHeader,
-    check_gguf,
-    check_gguf_paths,
-    check_same_gguf_tokens,
-    gguf_record,
-    is_gguf,
-    read_gguf_header,
-    read_gguf_tokens,
-)
-from otbound.capture._manifest import CAPTURE_VERSION, model_entry
-from otbound.capture._models import (
-    MODEL_DTYPES,
-    TOKENIZER_FILES,
-    context_length,
-    draft_tokenizer,
-    embedding_rows,
-    eos_token_ids,
-    gguf_source,
-    has_tokenizer,
-    is_hub_name,
-    load_model,
-    load_tokenizer,
-    logit_width,
-    model_name,
-    prompt_tokenizer,
-    quiet_transformers,
-    resolve_device,
-)
-from otbound.capture._prompts import (
-    PROMPT_KEYS,
-    TRUNCATION_SIDES,
-    Prompt,
-    prompt_file_info,
-    prompt_format,
-    read_prompts,
-)
-from otbound.capture._resume import (
-    RESUME_KEYS,
-    DumpProgress,
-    ResumeRefused,
-    check_resumable,
-    dump_progress,
-)
-from otbound.capture._run import log_distributions
-from otbound.capture._settings import GENERATORS, STORAGE_DTYPES
-from otbound.capture._shards import MAX_SHARD_STEPS, SHARD_BYTES
-from otbound.capture._vocabulary import Vocabulary, check_shared_vocabulary, plan_vocabulary
-from otbound.capture.calls import (
-    call_model,
-    check_logits,
-    forward_parameters,
-    model_device,
-    returned_cache,
-)
+from typing import TYPE_CHECKING
+
+from otbound import _lazy_exports
+
+if TYPE_CHECKING:
+    from otbound.capture._errors import CaptureError, ModelFileError, out_of_memory_guard
+    from otbound.capture._generate import (
+        AlignedSteps,
+        aligned_logits,
+        generate_continuations,
+        left_pad,
+        prompt_generator,
+        sample_tokens,
+        teacher_forced_logits,
+    )
+    from otbound.capture._gguf import (
+        GGUF_SUFFIX,
+        GGUFHeader,
+        check_gguf,
+        check_gguf_paths,
+        check_same_gguf_tokens,
+        gguf_record,
+        is_gguf,
+        read_gguf_header,
+        read_gguf_tokens,
+    )
+    from otbound.capture._manifest import CAPTURE_VERSION, model_entry
+    from otbound.capture._models import (
+        MODEL_DTYPES,
+        TOKENIZER_FILES,
+        context_length,
+        draft_tokenizer,
+        embedding_rows,
+        eos_token_ids,
+        gguf_source,
+        has_tokenizer,
+        is_hub_name,
+        load_model,
+        load_tokenizer,
+        logit_width,
+        model_name,
+        prompt_tokenizer,
+        quiet_transformers,
+        resolve_device,
+    )
+    from otbound.capture._prompts import (
+        PROMPT_KEYS,
+        TRUNCATION_SIDES,
+        Prompt,
+        prompt_file_info,
+        prompt_format,
+        read_prompts,
+    )
+    from otbound.capture._resume import (
+        RESUME_KEYS,
+        DumpProgress,
+        ResumeRefused,
+        check_resumable,
+        dump_progress,
+    )
+    from otbound.capture._run import log_distributions
+    from otbound.capture._settings import GENERATORS, STORAGE_DTYPES
+    from otbound.capture._shards import MAX_SHARD_STEPS, SHARD_BYTES
+    from otbound.capture._vocabulary import Vocabulary, check_shared_vocabulary, plan_vocabulary
+    from otbound.capture.calls import (
+        call_model,
+        check_logits,
+        forward_parameters,
+        model_device,
+        returned_cache,
+    )
+else:
+    __getattr__, __dir__ = _lazy_exports(
+        __name__,
+        {
+            "otbound.capture._errors": ("CaptureError", "ModelFileError", "out_of_memory_guard"),
+            "otbound.capture._generate": (
+                "AlignedSteps",
+                "aligned_logits",
+                "generate_continuations",
+                "left_pad",
+                "prompt_generator",
+                "sample_tokens",
+                "teacher_forced_logits",
+            ),
+            "otbound.capture._gguf": (
+                "GGUF_SUFFIX",
+                "GGUFHeader",
+                "check_gguf",
+                "check_gguf_paths",
+                "check_same_gguf_tokens",
+                "gguf_record",
+                "is_gguf",
+                "read_gguf_header",
+                "read_gguf_tokens",
+            ),
+            "otbound.capture._manifest": ("CAPTURE_VERSION", "model_entry"),
+            "otbound.capture._models": (
+                "MODEL_DTYPES",
+                "TOKENIZER_FILES",
+                "context_length",
+                "draft_tokenizer",
+                "embedding_rows",
+                "eos_token_ids",
+                "gguf_source",
+                "has_tokenizer",
+                "is_hub_name",
+                "load_model",
+                "load_tokenizer",
+                "logit_width",
+                "model_name",
+                "prompt_tokenizer",
+                "quiet_transformers",
+                "resolve_device",
+            ),
+            "otbound.capture._prompts": (
+                "PROMPT_KEYS",
+                "TRUNCATION_SIDES",
+                "Prompt",
+                "prompt_file_info",
+                "prompt_format",
+                "read_prompts",
+            ),
+            "otbound.capture._resume": (
+                "RESUME_KEYS",
+                "DumpProgress",
+                "ResumeRefused",
+                "check_resumable",
+                "dump_progress",
+            ),
+            "otbound.capture._run": ("log_distributions",),
+            "otbound.capture._settings": ("GENERATORS", "STORAGE_DTYPES"),
+            "otbound.capture._shards": ("MAX_SHARD_STEPS", "SHARD_BYTES"),
+            "otbound.capture._vocabulary": (
+                "Vocabulary",
+                "check_shared_vocabulary",
+                "plan_vocabulary",
+            ),
+            "otbound.capture.calls": (
+                "call_model",
+                "check_logits",
+                "forward_parameters",
+                "model_device",
+                "returned_cache",
+            ),
+        },
+    )
 
 __all__ = [
     "CAPTURE_VERSION",

@@ -156,8 +156,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument(
         "--device",
         default=None,
-        help="compute α* of the iid, greedy, topk and hub designs with torch on this device "
-        "(cuda, cuda:1, cpu; needs otbound[torch]); default: numpy",
+        help="compute with torch on this device (cuda, cuda:1, cpu; needs otbound[torch]), in "
+        "float64: α* of every design but per_slot, and the exact acceptance of single, rrs, "
+        "rrs_without_replacement (n <= 2), kseq, spechub, greedy, topk and gls, a batch of "
+        "steps at a time; the rest with numpy (default: everything with numpy)",
     )
     parser.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no table")

@@ -35,27 +35,59 @@ One module per design (or per family: :mod:`otbound.drafts.fixed`), the base cla
 helpers the designs share with the rest of otbound in :mod:`otbound.drafts.helpers`.
 """
 
-from otbound.drafts.base import (
-    ABOVE_SUPPORT,
-    ABOVE_VOCABULARY,
-    NEEDS_SLOTS,
-    UNUSABLE_REASONS,
-    DraftDesign,
-)
-from otbound.drafts.conditional_poisson import ConditionalPoisson
-from otbound.drafts.fixed import Greedy, Hub, TopK
-from otbound.drafts.helpers import (
-    inverse_cdf,
-    num_tuples,
-    prefix_sums,
-    sweep_key,
-    top_tokens,
-    tuples_to_sets,
-)
-from otbound.drafts.iid import IID
-from otbound.drafts.per_slot import PerSlot
-from otbound.drafts.registry import DESIGNS, designs_where, get_design
-from otbound.drafts.without_replacement import WithoutReplacement
+from typing import TYPE_CHECKING
+
+from otbound import _lazy_exports
+
+if TYPE_CHECKING:
+    from otbound.drafts.base import (
+        ABOVE_SUPPORT,
+        ABOVE_VOCABULARY,
+        NEEDS_SLOTS,
+        UNUSABLE_REASONS,
+        DraftDesign,
+    )
+    from otbound.drafts.conditional_poisson import ConditionalPoisson
+    from otbound.drafts.fixed import Greedy, Hub, TopK
+    from otbound.drafts.helpers import (
+        inverse_cdf,
+        num_tuples,
+        prefix_sums,
+        sweep_key,
+        top_tokens,
+        tuples_to_sets,
+    )
+    from otbound.drafts.iid import IID
+    from otbound.drafts.per_slot import PerSlot
+    from otbound.drafts.registry import DESIGNS, designs_where, get_design
+    from otbound.drafts.without_replacement import WithoutReplacement
+else:
+    __getattr__, __dir__ = _lazy_exports(
+        __name__,
+        {
+            "otbound.drafts.base": (
+                "ABOVE_SUPPORT",
+                "ABOVE_VOCABULARY",
+                "NEEDS_SLOTS",
+                "UNUSABLE_REASONS",
+                "DraftDesign",
+            ),
+            "otbound.drafts.conditional_poisson": ("ConditionalPoisson",),
+            "otbound.drafts.fixed": ("Greedy", "Hub", "TopK"),
+            "otbound.drafts.helpers": (
+                "inverse_cdf",
+                "num_tuples",
+                "prefix_sums",
+                "sweep_key",
+                "top_tokens",
+                "tuples_to_sets",
+            ),
+            "otbound.drafts.iid": ("IID",),
+            "otbound.drafts.per_slot": ("PerSlot",),
+            "otbound.drafts.registry": ("DESIGNS", "designs_where", "get_design"),
+            "otbound.drafts.without_replacement": ("WithoutReplacement",),
+        },
+    )
 
 __all__ = [
     "ABOVE_SUPPORT",

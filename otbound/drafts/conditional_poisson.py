@@ -5,14 +5,11 @@ r"""The ``conditional_poisson`` design: a set ``S`` of ``n`` distinct tokens wit
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Sequence
 
-import numba
 import numpy as np
 
 from otbound._checks import clip_rounding
-from otbound.drafts._poisson_bucketed import poisson_bucketed_minimum
 from otbound.drafts._torch_gaps import conditional_poisson_torch_gap
 from otbound.drafts.base import DraftDesign
 from otbound.drafts.helpers import distinct_rows, product_tuples
@@ -20,56 +17,12 @@ from otbound.drafts.helpers import distinct_rows, product_tuples
 __all__ = ["ConditionalPoisson"]
 
 
-#: The scaled ``e_k`` kernel renormalises a mantissa once it leaves ``(_LOW, _HIGH)``.
+#: The scaled ``e_k`` kernel (:mod:`otbound.drafts._poisson_esp`) renormalises a mantissa once
+#: it leaves ``(_LOW, _HIGH)``.
 _LOW, _HIGH = 2.0**-100, 2.0**100
 #: ``2^d`` for ``|d| ≤ _SPAN``: the fast path multiplies by a table entry instead of ``ldexp``.
 _SPAN = 900
 _POW2 = np.ldexp(1.0, np.arange(-_SPAN, _SPAN + 1))
-
-
-@numba.njit(cache=True, parallel=True)
-def _scaled_esp_kernel(q, top, pow2, mant_out, expo_out):  # pragma: no cover - compiled
-    """``e_k`` of every prefix of every row of ``q`` (B, V), ``k = 1..top``, as
-    ``mant · 2^expo`` in ``mant_out``, ``expo_out`` (top, B, V + 1).
-
-    Each ``e_k`` carries its own exponent, so no value under- or overflows. The mantissas
-    stay in ``(2^-100, 2^100)`` (0 for ``e_k = 0``) and are renormalised only when they leave
-    it. Fast path (``q_i ≥ 2^-100`` and exponents within ``_SPAN``): the term
-    ``q_i e_{k−1}`` is a product with a table power of two, whose underflow can only drop a
-    term below ``2^-900`` of ``e_k``; otherwise ``frexp`` and ``ldexp`` align it exactly.
-    """
-    rows, size = q.shape
-    low, high, span = 2.0**-100, 2.0**100, (pow2.size - 1) // 2
-    for r in numba.prange(rows):
-        m = np.zeros(top + 1)
-        e = np.zeros(top + 1, dtype=np.int64)
-        m[0] = 1.0  # e_0 = 1
-        for i in range(size):
-            qi = q[r, i]
-            if qi != 0.0:
-                for k in range(top, 0, -1):  # e_k(≤ i) = e_k(< i) + q_i e_{k−1}(< i)
-                    if m[k - 1] == 0.0:
-                        continue
-                    d = e[k - 1] - e[k]
-                    if m[k] != 0.0 and qi >= low and -span <= d <= span:
-                        total, scale = m[k] + qi * m[k - 1] * pow2[d + span], e[k]
-                    else:
-                        a, b = math.frexp(qi)
-                        tm, te = a * m[k - 1], b + e[k - 1]
-                        if m[k] == 0.0:
-                            total, scale = tm, te
-                        elif te > e[k]:
-                            total, scale = tm + math.ldexp(m[k], e[k] - te), te
-                        else:
-                            total, scale = m[k] + math.ldexp(tm, te - e[k]), e[k]
-                    if low < total < high:
-                        m[k], e[k] = total, scale
-                    else:
-                        f, x = math.frexp(total)
-                        m[k], e[k] = f, scale + x
-            for k in range(1, top + 1):
-                mant_out[k - 1, r, i + 1] = m[k]
-                expo_out[k - 1, r, i + 1] = e[k]
 
 
 def _elementary_symmetric_prefix(q_sorted: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
@@ -87,11 +40,13 @@ def _elementary_symmetric_prefix(q_sorted: np.ndarray, top: int) -> tuple[np.nda
     expo : numpy.ndarray of int64, same shape
         ``e_k = mant · 2^expo``.
     """
+    from otbound.drafts._poisson_esp import scaled_esp_kernel  # numba, loaded on first use
+
     q2 = np.ascontiguousarray(q_sorted, dtype=np.float64).reshape(-1, q_sorted.shape[-1])
     shape = (top, q2.shape[0], q2.shape[1] + 1)
     mant_out = np.zeros(shape)
     expo_out = np.zeros(shape, dtype=np.int64)
-    _scaled_esp_kernel(q2, top, _POW2, mant_out, expo_out)
+    scaled_esp_kernel(q2, top, _POW2, mant_out, expo_out)
     return mant_out, expo_out
 
 
@@ -183,6 +138,8 @@ class ConditionalPoisson(DraftDesign):
         ``(gap, index, order)`` with the arg-min ``H = order[:index]``, or ``None`` where the
         plain-float kernel does not apply (then the row is sorted and takes the scaled path)
         (:func:`otbound.drafts._poisson_bucketed.poisson_bucketed_minimum`)."""
+        from otbound.drafts._poisson_bucketed import poisson_bucketed_minimum  # numba
+
         return poisson_bucketed_minimum(p, q, counts)
 
 

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from otbound.drafts._bucketed import iid_bucketed_sweep
 from otbound.drafts.base import DraftDesign
 from otbound.drafts.helpers import inverse_cdf, prefix_probability, product_tuples
 
@@ -40,6 +39,8 @@ class IID(DraftDesign):
         return prefix_probability(q_sorted, self.name) ** n
 
     def direct_sweep(self, p, q, n):
+        from otbound.drafts._bucketed import iid_bucketed_sweep  # numba, loaded on first use
+
         return iid_bucketed_sweep(p, q, n)
 
     def torch_gap(self, p: torch.Tensor, q: torch.Tensor, n: int) -> torch.Tensor:

@@ -11,8 +11,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from otbound.drafts._sequential_bucketed import bucketed_prefix_minimum
-from otbound.drafts._sequential_mass import sequential_prefix_masses, sequential_prefix_minimum
 from otbound.drafts._torch_gaps import without_replacement_torch_gap
 from otbound.drafts.base import DraftDesign
 from otbound.drafts.helpers import distinct_rows, inverse_cdf, product_tuples
@@ -121,6 +119,8 @@ class WithoutReplacement(DraftDesign):
         return self.prefix_masses(q_sorted, [n])[0]
 
     def prefix_masses(self, q_sorted, counts):
+        from otbound.drafts._sequential_mass import sequential_prefix_masses  # numba
+
         rows = [sequential_prefix_masses(row, counts) for row in q_sorted]
         return np.stack(rows, axis=1)  # one pass per node serves every n
 
@@ -131,6 +131,8 @@ class WithoutReplacement(DraftDesign):
         shapes (len(counts), B), without ``Q`` at every prefix
         (:func:`otbound.drafts._sequential_mass.sequential_prefix_minimum`; equal to the minimum of
         :meth:`prefix_masses` within its error)."""
+        from otbound.drafts._sequential_mass import sequential_prefix_minimum  # numba
+
         found = [
             sequential_prefix_minimum(p, q, counts) for p, q in zip(p_sorted, q_sorted, strict=True)
         ]
@@ -144,4 +146,6 @@ class WithoutReplacement(DraftDesign):
         order)`` with the arg-min ``H = order[:index]``, or ``None`` where a ratio ``p/q``
         is not a normal float (then the row is sorted)
         (:func:`otbound.drafts._sequential_bucketed.bucketed_prefix_minimum`)."""
+        from otbound.drafts._sequential_bucketed import bucketed_prefix_minimum  # numba
+
         return bucketed_prefix_minimum(p, q, counts)

@@ -35,37 +35,84 @@ top-k and top-p identically to both models; :func:`acceptance_interval` gives ``
 (an interval that provably contains the full-vocabulary value for top-k rows).
 """
 
-from otbound.bounds.intervals import INTERVAL_DESIGNS
-from otbound.dumps._format import (
-    DTYPES,
-    FORMAT_NAME,
-    FORMAT_VERSION,
-    MANIFEST_NAME,
-    DumpError,
-    ShardInfo,
-    TopKRows,
-    file_sha256,
-    parse_storage,
-)
-from otbound.dumps._processing import (
-    StepDistributions,
-    describe_steps,
-    find_bad_steps,
-    find_probability_rows,
-    prepare_distributions,
-    probability_tolerance,
-    to_probabilities,
-)
-from otbound.dumps._reader import SINGLE_FILE_SUFFIXES, VALUES_CHOICES, Dump, open_dump
-from otbound.dumps._shard import ShardData
-from otbound.dumps._topk import (
-    AcceptanceInterval,
-    acceptance_interval,
-    find_bad_topk_steps,
-    process_topk,
-    topk_interval,
-)
-from otbound.dumps._writer import DumpWriter
+from typing import TYPE_CHECKING
+
+from otbound import _lazy_exports
+
+if TYPE_CHECKING:
+    from otbound.bounds.intervals import INTERVAL_DESIGNS
+    from otbound.dumps._format import (
+        DTYPES,
+        FORMAT_NAME,
+        FORMAT_VERSION,
+        MANIFEST_NAME,
+        DumpError,
+        ShardInfo,
+        TopKRows,
+        file_sha256,
+        parse_storage,
+    )
+    from otbound.dumps._processing import (
+        StepDistributions,
+        describe_steps,
+        find_bad_steps,
+        find_probability_rows,
+        prepare_distributions,
+        probability_tolerance,
+        to_probabilities,
+    )
+    from otbound.dumps._reader import SINGLE_FILE_SUFFIXES, VALUES_CHOICES, Dump, open_dump
+    from otbound.dumps._shard import ShardData
+    from otbound.dumps._topk import (
+        AcceptanceInterval,
+        acceptance_interval,
+        find_bad_topk_steps,
+        process_topk,
+        topk_interval,
+    )
+    from otbound.dumps._writer import DumpWriter
+else:
+    __getattr__, __dir__ = _lazy_exports(
+        __name__,
+        {
+            "otbound.bounds.intervals": ("INTERVAL_DESIGNS",),
+            "otbound.dumps._format": (
+                "DTYPES",
+                "FORMAT_NAME",
+                "FORMAT_VERSION",
+                "MANIFEST_NAME",
+                "DumpError",
+                "ShardInfo",
+                "TopKRows",
+                "file_sha256",
+                "parse_storage",
+            ),
+            "otbound.dumps._processing": (
+                "StepDistributions",
+                "describe_steps",
+                "find_bad_steps",
+                "find_probability_rows",
+                "prepare_distributions",
+                "probability_tolerance",
+                "to_probabilities",
+            ),
+            "otbound.dumps._reader": (
+                "SINGLE_FILE_SUFFIXES",
+                "VALUES_CHOICES",
+                "Dump",
+                "open_dump",
+            ),
+            "otbound.dumps._shard": ("ShardData",),
+            "otbound.dumps._topk": (
+                "AcceptanceInterval",
+                "acceptance_interval",
+                "find_bad_topk_steps",
+                "process_topk",
+                "topk_interval",
+            ),
+            "otbound.dumps._writer": ("DumpWriter",),
+        },
+    )
 
 __all__ = [
     "DTYPES",

@@ -45,34 +45,76 @@ Sun et al.'s motivating example: ``p = (1/3, 2/3)``, ``q = (2/3, 1/3)``, ``γ = 
 12.0
 """
 
-from otbound.sequence._base import SequenceSimulation, SequenceVerifier
-from otbound.sequence._models import (
-    DRAFTINGS,
-    SequenceModel,
-    block_law,
-    prefix_overlaps,
-    rows_model,
-    sequence_model,
-)
-from otbound.sequence.block import BlockVerifier, block_verify
-from otbound.sequence.block_acceptance import (
-    SEQUENCE_VERIFIERS,
-    block_acceptance,
-    get_sequence_verifier,
-    lossless_gap,
-    sequence_law,
-    token_acceptance,
-    tree_acceptance,
-)
-from otbound.sequence.block_bound import (
-    SequenceBound,
-    optimal_block_acceptance,
-    optimal_tree_acceptance,
-    optimal_verification_acceptance,
-)
-from otbound.sequence.multipath import MultiPathVerifier, paths_tree
-from otbound.sequence.token import TokenVerifier
-from otbound.sequence.traversal import TraversalVerifier
+from typing import TYPE_CHECKING
+
+from otbound import _lazy_exports
+
+if TYPE_CHECKING:
+    from otbound.sequence._base import SequenceSimulation, SequenceVerifier
+    from otbound.sequence._models import (
+        DRAFTINGS,
+        SequenceModel,
+        block_law,
+        prefix_overlaps,
+        rows_model,
+        sequence_model,
+    )
+    from otbound.sequence.block import BlockVerifier, block_verify
+    from otbound.sequence.block_acceptance import (
+        SEQUENCE_VERIFIERS,
+        block_acceptance,
+        get_sequence_verifier,
+        lossless_gap,
+        sequence_law,
+        token_acceptance,
+        tree_acceptance,
+    )
+    from otbound.sequence.block_bound import (
+        SequenceBound,
+        optimal_block_acceptance,
+        optimal_tree_acceptance,
+        optimal_verification_acceptance,
+    )
+    from otbound.sequence.multipath import MultiPathVerifier, paths_tree
+    from otbound.sequence.token import TokenVerifier
+    from otbound.sequence.traversal import TraversalVerifier
+else:
+    __getattr__, __dir__ = _lazy_exports(
+        __name__,
+        {
+            "otbound.sequence._base": ("SequenceSimulation", "SequenceVerifier"),
+            "otbound.sequence._models": (
+                "DRAFTINGS",
+                "SequenceModel",
+                "block_law",
+                "prefix_overlaps",
+                "rows_model",
+                "sequence_model",
+            ),
+            "otbound.sequence.block": ("BlockVerifier", "block_verify"),
+            "otbound.sequence.block_acceptance": (
+                "SEQUENCE_VERIFIERS",
+                "block_acceptance",
+                "get_sequence_verifier",
+                "lossless_gap",
+                "sequence_law",
+                "token_acceptance",
+                "tree_acceptance",
+            ),
+            "otbound.sequence.block_bound": (
+                "SequenceBound",
+                "optimal_block_acceptance",
+                "optimal_tree_acceptance",
+                "optimal_verification_acceptance",
+            ),
+            "otbound.sequence.multipath": ("MultiPathVerifier", "paths_tree"),
+            "otbound.sequence.token": ("TokenVerifier",),
+            "otbound.sequence.traversal": ("TraversalVerifier",),
+        },
+    )
+    # The function shares its module's name: bound now, an import of the module
+    # (otbound.sequence.block_acceptance) cannot put the module in its place later.
+    block_acceptance = __getattr__("block_acceptance")
 
 __all__ = [
     "DRAFTINGS",

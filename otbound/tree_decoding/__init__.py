@@ -31,59 +31,123 @@ torch and transformers are imported only when a model is run: ``import otbound``
 import this package, and the layout, mask, walk and summary work without torch.
 """
 
-from otbound.tree_decoding._budget import (
-    SYSTEM_COLUMNS,
-    depth_acceptance,
-    measured_costs,
-    speedup,
-    summarise_systems,
-)
-from otbound.tree_decoding._dynamic import (
-    ROOTS,
-    RowsLayout,
-    System,
-    capacity_nodes,
-    decode_system,
-    largest_depth,
-    system_not_applicable,
-    walk_rows,
-)
-from otbound.tree_decoding._grow import DraftTree, grow_tree
-from otbound.tree_decoding._layout import TreeLayout
-from otbound.tree_decoding._mask import TreeInputs, tree_inputs
-from otbound.tree_decoding._resume import (
-    CheckpointMismatch,
-    PartStore,
-    checkpoint_settings,
-    clear_parts,
-    model_fingerprint,
-)
-from otbound.tree_decoding._run import (
-    DYNAMIC_STEP_COLUMNS,
-    STEP_COLUMNS,
-    TREE_VERIFIERS,
-    TreeDecodingResult,
-    decode_tree,
-    not_applicable_reason,
-    run_tree_decoding,
-)
-from otbound.tree_decoding._scoring import NodeDistributions, tree_logits
-from otbound.tree_decoding._specs import FAMILIES, TreeSpec, kary_spec, parse_trees
-from otbound.tree_decoding._stopping import (
-    FEATURES,
-    StoppingPolicy,
-    load_decision_model,
-    parse_stopping,
-    save_decision_model,
-)
-from otbound.tree_decoding._summary import TREE_SUMMARY_COLUMNS, summarise_tree_steps
-from otbound.tree_decoding._walk import (
-    SEQUENCE_TREE_VERIFIERS,
-    SequenceTreeVerifier,
-    WalkResult,
-    tree_verifier,
-    walk_tree,
-)
+from typing import TYPE_CHECKING
+
+from otbound import _lazy_exports
+
+if TYPE_CHECKING:
+    from otbound.tree_decoding._budget import (
+        SYSTEM_COLUMNS,
+        depth_acceptance,
+        measured_costs,
+        speedup,
+        summarise_systems,
+    )
+    from otbound.tree_decoding._dynamic import (
+        ROOTS,
+        RowsLayout,
+        System,
+        capacity_nodes,
+        decode_system,
+        largest_depth,
+        system_not_applicable,
+        walk_rows,
+    )
+    from otbound.tree_decoding._grow import DraftTree, grow_tree
+    from otbound.tree_decoding._layout import TreeLayout
+    from otbound.tree_decoding._mask import TreeInputs, tree_inputs
+    from otbound.tree_decoding._resume import (
+        CheckpointMismatch,
+        PartStore,
+        checkpoint_settings,
+        clear_parts,
+        model_fingerprint,
+    )
+    from otbound.tree_decoding._run import (
+        DYNAMIC_STEP_COLUMNS,
+        STEP_COLUMNS,
+        TREE_VERIFIERS,
+        TreeDecodingResult,
+        decode_tree,
+        not_applicable_reason,
+        run_tree_decoding,
+    )
+    from otbound.tree_decoding._scoring import NodeDistributions, tree_logits
+    from otbound.tree_decoding._specs import FAMILIES, TreeSpec, kary_spec, parse_trees
+    from otbound.tree_decoding._stopping import (
+        FEATURES,
+        StoppingPolicy,
+        load_decision_model,
+        parse_stopping,
+        save_decision_model,
+    )
+    from otbound.tree_decoding._summary import TREE_SUMMARY_COLUMNS, summarise_tree_steps
+    from otbound.tree_decoding._walk import (
+        SEQUENCE_TREE_VERIFIERS,
+        SequenceTreeVerifier,
+        WalkResult,
+        tree_verifier,
+        walk_tree,
+    )
+else:
+    __getattr__, __dir__ = _lazy_exports(
+        __name__,
+        {
+            "otbound.tree_decoding._budget": (
+                "SYSTEM_COLUMNS",
+                "depth_acceptance",
+                "measured_costs",
+                "speedup",
+                "summarise_systems",
+            ),
+            "otbound.tree_decoding._dynamic": (
+                "ROOTS",
+                "RowsLayout",
+                "System",
+                "capacity_nodes",
+                "decode_system",
+                "largest_depth",
+                "system_not_applicable",
+                "walk_rows",
+            ),
+            "otbound.tree_decoding._grow": ("DraftTree", "grow_tree"),
+            "otbound.tree_decoding._layout": ("TreeLayout",),
+            "otbound.tree_decoding._mask": ("TreeInputs", "tree_inputs"),
+            "otbound.tree_decoding._resume": (
+                "CheckpointMismatch",
+                "PartStore",
+                "checkpoint_settings",
+                "clear_parts",
+                "model_fingerprint",
+            ),
+            "otbound.tree_decoding._run": (
+                "DYNAMIC_STEP_COLUMNS",
+                "STEP_COLUMNS",
+                "TREE_VERIFIERS",
+                "TreeDecodingResult",
+                "decode_tree",
+                "not_applicable_reason",
+                "run_tree_decoding",
+            ),
+            "otbound.tree_decoding._scoring": ("NodeDistributions", "tree_logits"),
+            "otbound.tree_decoding._specs": ("FAMILIES", "TreeSpec", "kary_spec", "parse_trees"),
+            "otbound.tree_decoding._stopping": (
+                "FEATURES",
+                "StoppingPolicy",
+                "load_decision_model",
+                "parse_stopping",
+                "save_decision_model",
+            ),
+            "otbound.tree_decoding._summary": ("TREE_SUMMARY_COLUMNS", "summarise_tree_steps"),
+            "otbound.tree_decoding._walk": (
+                "SEQUENCE_TREE_VERIFIERS",
+                "SequenceTreeVerifier",
+                "WalkResult",
+                "tree_verifier",
+                "walk_tree",
+            ),
+        },
+    )
 
 __all__ = [
     "DYNAMIC_STEP_COLUMNS",

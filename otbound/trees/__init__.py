@@ -53,15 +53,39 @@ Examples
 [[0], [1], [0, 0], [0, 0, 0]]
 """
 
-from otbound.trees._beam import beam_block_efficiency
-from otbound.trees._efficiency import best_tree, block_efficiency, bound_block_efficiency
-from otbound.trees._positional import (
-    EXACT_POSITIONAL,
-    PositionalAcceptance,
-    positional_acceptance,
-)
-from otbound.trees._predict import PREDICT_COLUMNS, predict_tokens_per_call
-from otbound.trees._shapes import Tree, canonical_tree, chain, clean_tree, kary_tree
+from typing import TYPE_CHECKING
+
+from otbound import _lazy_exports
+
+if TYPE_CHECKING:
+    from otbound.trees._beam import beam_block_efficiency
+    from otbound.trees._efficiency import best_tree, block_efficiency, bound_block_efficiency
+    from otbound.trees._positional import (
+        EXACT_POSITIONAL,
+        PositionalAcceptance,
+        positional_acceptance,
+    )
+    from otbound.trees._predict import PREDICT_COLUMNS, predict_tokens_per_call
+    from otbound.trees._shapes import Tree, canonical_tree, chain, clean_tree, kary_tree
+else:
+    __getattr__, __dir__ = _lazy_exports(
+        __name__,
+        {
+            "otbound.trees._beam": ("beam_block_efficiency",),
+            "otbound.trees._efficiency": (
+                "best_tree",
+                "block_efficiency",
+                "bound_block_efficiency",
+            ),
+            "otbound.trees._positional": (
+                "EXACT_POSITIONAL",
+                "PositionalAcceptance",
+                "positional_acceptance",
+            ),
+            "otbound.trees._predict": ("PREDICT_COLUMNS", "predict_tokens_per_call"),
+            "otbound.trees._shapes": ("Tree", "canonical_tree", "chain", "clean_tree", "kary_tree"),
+        },
+    )
 
 __all__ = [
     "EXACT_POSITIONAL",

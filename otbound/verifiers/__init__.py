@@ -18,9 +18,36 @@ name                           design                  exact acceptance ``P(Y �
 ``gls``                        ``iid``                 closed form n = 1; 1-D integral n ≥ 2
 ``optimal``                    any (small V)           ``α*`` from the LP plan
 =============================  ======================  =========================================
+
+The closed forms of ``single``, ``rrs``, ``rrs_without_replacement`` (n ≤ 2), ``kseq``,
+``spechub``, ``greedy``, ``topk`` and ``gls`` also exist batched over steps in torch
+(:mod:`otbound.verifiers.torch_acceptance`, imported on demand), which :func:`otbound.compare`
+uses through its ``acceptance`` (a :class:`BatchAcceptance`).
 """
 
-from otbound.verifiers.base import BaseVerifier, SimulationResult, Verifier
-from otbound.verifiers.registry import VERIFIERS, get_verifier
+from typing import TYPE_CHECKING
 
-__all__ = ["VERIFIERS", "BaseVerifier", "SimulationResult", "Verifier", "get_verifier"]
+from otbound import _lazy_exports
+
+if TYPE_CHECKING:
+    from otbound.verifiers.base import BaseVerifier, SimulationResult, Verifier
+    from otbound.verifiers.batched import BatchAcceptance
+    from otbound.verifiers.registry import VERIFIERS, get_verifier
+else:
+    __getattr__, __dir__ = _lazy_exports(
+        __name__,
+        {
+            "otbound.verifiers.base": ("BaseVerifier", "SimulationResult", "Verifier"),
+            "otbound.verifiers.batched": ("BatchAcceptance",),
+            "otbound.verifiers.registry": ("VERIFIERS", "get_verifier"),
+        },
+    )
+
+__all__ = [
+    "VERIFIERS",
+    "BaseVerifier",
+    "BatchAcceptance",
+    "SimulationResult",
+    "Verifier",
+    "get_verifier",
+]

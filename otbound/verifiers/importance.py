@@ -56,6 +56,7 @@ n = 2, 3, 4, 8 (single draft 0.556).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -87,6 +88,28 @@ def stage_cache_info() -> dict[str, int]:
     return {**_stage_stats, "size": len(_stage_cache)}
 
 
+@functools.lru_cache(maxsize=16)
+def _lp_pattern(s: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The sparsity of the top-``s`` LP's constraints, column-wise as HiGHS takes them.
+
+    Variables ``W[ii[k], jj[k]]`` (off the diagonal), then ``t_y``; entry ``k`` of the
+    triplets ``(rows, cols, vals)`` below lands at ``perm``'s position ``k`` of the CSC data
+    with ``indices`` and ``indptr``: the matrix ``csr_array((vals, (rows, cols))).tocsc()``
+    holds, without building it for every LP (rows sorted within each column).
+    """
+    ii, jj = np.nonzero(~np.eye(s, dtype=bool))
+    nw = ii.size
+    rows = np.concatenate((ii, jj, np.arange(s)))
+    cols = np.concatenate((np.arange(nw), np.arange(nw), nw + np.arange(s)))
+    tags = np.arange(1.0, rows.size + 1.0)  # entry k tagged k + 1 (no zero is dropped)
+    csc = sparse.csr_array((tags, (rows, cols)), shape=(s, nw + s)).tocsc()
+    csc.sort_indices()
+    perm = csc.data.astype(np.int64) - 1
+    for arr in (ii, jj, perm, csc.indices, csc.indptr):
+        arr.setflags(write=False)
+    return ii, jj, perm, csc.indices, csc.indptr
+
+
 def _solve_top_lp(aS: np.ndarray, bS: np.ndarray, pS: np.ndarray, base: np.ndarray) -> np.ndarray:
     """The weights ``W`` (s, s) of the top-``s`` LP (diagonal 1), cached across steps."""
     s = aS.size
@@ -98,14 +121,12 @@ def _solve_top_lp(aS: np.ndarray, bS: np.ndarray, pS: np.ndarray, base: np.ndarr
         return hit
     _stage_stats["misses"] += 1
     keep = np.ones((s, s))
-    off = ~np.eye(s, dtype=bool)
-    ii, jj = np.nonzero(off)  # variable k is W[ii[k], jj[k]]
+    ii, jj, perm, indices, indptr = _lp_pattern(s)  # variable k is W[ii[k], jj[k]]
     nw = ii.size
     # row y: t_y − Σ_j a_y b_j W[y,j] + Σ_i a_i b_y W[i,y] ≤ base_y
-    rows = np.concatenate((ii, jj, np.arange(s)))
-    cols = np.concatenate((np.arange(nw), np.arange(nw), nw + np.arange(s)))
-    vals = np.concatenate((-aS[ii] * bS[jj], aS[ii] * bS[jj], np.ones(s)))
-    a_ub = sparse.csr_array((vals, (rows, cols)), shape=(s, nw + s))
+    weight = aS[ii] * bS[jj]
+    vals = np.concatenate((-weight, weight, np.ones(s)))
+    a_ub = sparse.csc_array((vals[perm], indices.copy(), indptr.copy()), shape=(s, nw + s))
     cost = np.concatenate((np.zeros(nw), np.ones(s)))
     upper = np.concatenate((np.ones(nw), pS))
     # max Σ t through the one HiGHS wrapper (its tight tolerances, status checked)
@@ -118,6 +139,44 @@ def _solve_top_lp(aS: np.ndarray, bS: np.ndarray, pS: np.ndarray, base: np.ndarr
     if len(_stage_cache) > STAGE_CACHE_SIZE:
         _stage_cache.popitem(last=False)
     return keep
+
+
+#: Most bytes of stage rankings :func:`_chain_hints` keeps (uint16 for ``V ≤ 65,536``: the
+#: 7-stage chains of about 290 steps at ``V = 8,192``).
+CHAIN_HINT_BYTES = 32 << 20
+
+_chain_orders: OrderedDict[tuple[object, ...], list[np.ndarray]] = OrderedDict()
+_chain_bytes = [0]
+
+
+def _chain_hints(p: np.ndarray, q: np.ndarray, top: int) -> list[np.ndarray]:
+    """The rankings of the stage chain of ``(p, q)`` (i.i.d. drafts, ``top``) computed so far,
+    kept across calls (newest first, :data:`CHAIN_HINT_BYTES`); the list to extend.
+
+    Only sort hints: :func:`_ranking` returns the stable argsort whatever its hint, so an
+    entry of another step (the cheap key's collision) could cost time, never change a stage.
+    """
+    from otbound.verifiers._step_cache import step_key
+
+    key = (*step_key(p, q), top)
+    orders = _chain_orders.get(key)
+    if orders is None:
+        orders = _chain_orders[key] = []
+    _chain_orders.move_to_end(key)
+    return orders
+
+
+def _keep_hint(orders: list[np.ndarray], order: np.ndarray) -> None:
+    """Append ``order`` (compactly) to a list of :func:`_chain_hints`; evict the oldest chains
+    beyond :data:`CHAIN_HINT_BYTES`."""
+    from otbound.verifiers._step_cache import compact
+
+    small = compact(order, order.size)
+    orders.append(small)
+    _chain_bytes[0] += small.nbytes
+    while _chain_bytes[0] > CHAIN_HINT_BYTES and len(_chain_orders) > 1:
+        _, old = _chain_orders.popitem(last=False)
+        _chain_bytes[0] -= sum(o.nbytes for o in old)
 
 
 @dataclass(frozen=True)
@@ -151,33 +210,30 @@ class SelectionStage:
         return out
 
 
-#: Most runs of tied keys :func:`_ranking` re-sorts one by one before sorting from scratch.
-MAX_TIE_RUNS = 64
+#: Most element moves a token :func:`_ranking`'s insertion sort from a hint makes before it
+#: sorts from scratch instead (a hint that is far from the order).
+HINT_MOVES = 16
 
 
 def _ranking(key: np.ndarray, hint: np.ndarray | None = None) -> np.ndarray:
     """``np.argsort(key, kind="stable")`` (ties by token index), faster from a near order.
 
-    With ``hint`` (a permutation that nearly sorts ``key``: the previous stage's ranking) the
-    stable sort of ``key[hint]`` finds the runs of the near order (timsort, close to linear);
-    tied keys then come in ``hint``'s order, so each run of equal keys is put back in index
-    order (a full sort where there are more than :data:`MAX_TIE_RUNS` runs). The result is
-    the plain stable argsort's, element for element.
+    With ``hint`` (a permutation that nearly sorts ``key``: the previous stage's ranking, or
+    this very ranking from an earlier call) an insertion sort from the hint on ``(key, token
+    id)`` (compiled, linear plus the hint's inversions: the previous stage's ranking is off by
+    a few dozen descents on ``data/sample``); past :data:`HINT_MOVES` moves a token it sorts
+    from scratch. The result is the plain stable argsort's, element for element, whatever the
+    hint.
     """
     if hint is None:
         return np.argsort(key, kind="stable")
-    order = hint[np.argsort(key[hint], kind="stable")]
-    ordered = key[order]
-    tied = np.flatnonzero(ordered[1:] == ordered[:-1])
-    if tied.size == 0:
-        return order
-    starts = tied[np.concatenate(([True], tied[1:] != tied[:-1] + 1))]
-    if starts.size > MAX_TIE_RUNS:
+    from otbound.verifiers._importance_kernels import sort_from_hint
+
+    order, done = sort_from_hint(key, hint, HINT_MOVES * key.size)
+    if not done:
         return np.argsort(key, kind="stable")
-    ends = np.append(tied[np.flatnonzero(tied[1:] != tied[:-1] + 1)], tied[-1]) + 2
-    for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
-        order[lo:hi] = np.sort(order[lo:hi])
-    return order
+    result: np.ndarray = order
+    return result
 
 
 def _solve_stage(
@@ -188,16 +244,14 @@ def _solve_stage(
     ``hint``: a near order of the ranking (the previous stage's), which speeds the sort up
     without changing it (:func:`_ranking`).
     """
+    from otbound.verifiers._importance_kernels import stage_key, stage_scatter, stage_sorted
+
     vocab = p.size
-    order = _ranking(-(p - a * b), hint)
-    rank = np.empty(vocab, dtype=np.int64)
-    rank[order] = np.arange(vocab)
+    order = _ranking(stage_key(p, a, b), hint)  # the stable argsort of −(p − a b)
     s = min(top, vocab)
-    a_sorted, b_sorted, p_sorted = a[order], b[order], p[order]
-    # Rank rule for every pair: p_I(y) = a_y (b_y + Σ_{later} b) + b_y Σ_{later} a.
-    after_a = np.concatenate((np.cumsum(a_sorted[::-1])[::-1][1:], [0.0]))
-    after_b = np.concatenate((np.cumsum(b_sorted[::-1])[::-1][1:], [0.0]))
-    induced_sorted = a_sorted * (b_sorted + after_b) + b_sorted * after_a
+    # Rank rule for every pair: p_I(y) = a_y (b_y + Σ_{later} b) + b_y Σ_{later} a (compiled:
+    # the gathers in the ranking's order and the suffix sums, in numpy's order of operations).
+    rank, a_sorted, b_sorted, p_sorted, induced_sorted = stage_sorted(order, p, a, b)
 
     aS, bS, pS = a_sorted[:s], b_sorted[:s], p_sorted[:s]
     tail_a, tail_b = a_sorted[s:].sum(), b_sorted[s:].sum()
@@ -208,14 +262,18 @@ def _solve_stage(
     gain = (aS[:, None] * bS[None, :] * keep * off).sum(axis=1)
     loss = (aS[:, None] * bS[None, :] * keep * off).sum(axis=0)
     induced_sorted[:s] = base + gain - loss
-    induced = np.empty(vocab)
     # p_I ≥ t ≥ 0 row by row and Σ p_I = Σ_{i,j} a_i b_j = 1 exactly: off by the LP's
-    # feasibility tolerance and rounding only
-    induced[order] = clip_rounding(
-        induced_sorted, 0.0, 1.0, "importance induced distribution p_I", tol=_LP_SLACK
-    )
+    # feasibility tolerance and rounding only (clipped as clip_rounding does, which raises)
+    induced, within = stage_scatter(order, induced_sorted, _LP_SLACK)
+    if not within:
+        clip_rounding(
+            induced_sorted, 0.0, 1.0, "importance induced distribution p_I", tol=_LP_SLACK
+        )
     total = float(induced.sum())
-    clip_rounding(total, 1.0, 1.0, "importance induced distribution's total Σ p_I", tol=_LP_SLACK)
+    if not abs(total - 1.0) <= _LP_SLACK:  # clip_rounding's test, which raises
+        clip_rounding(
+            total, 1.0, 1.0, "importance induced distribution's total Σ p_I", tol=_LP_SLACK
+        )
     return SelectionStage(rank=rank, top=s, keep_top=keep, induced=induced / total)
 
 
@@ -243,6 +301,21 @@ def _coincidence_two(
     total += float(np.sum(pair * (keep - ranked) * fS[:, None] * rS[None, :]))
     total += float(np.sum(pair * ((1.0 - keep) - ranked.T) * fS[None, :] * rS[:, None]))
     return total
+
+
+@dataclass(frozen=True)
+class _ConditionalPlan:
+    """A step's stages, acceptance ``min(1, p / p_I)``, residual ``res(p, p_I)``, ``α_sel``
+    and the draft CDFs, as :func:`~otbound.verifiers._importance_kernels.coincidence_values`
+    and the inversion of :meth:`ImportanceSampling._conditional` take them."""
+
+    ranks: np.ndarray
+    tops: np.ndarray
+    keep_tops: np.ndarray
+    accept: np.ndarray
+    rest: np.ndarray
+    selected: float
+    cdfs: list[tuple[np.ndarray, np.ndarray, int]]
 
 
 class ImportanceSampling(BaseVerifier):
@@ -279,24 +352,43 @@ class ImportanceSampling(BaseVerifier):
         Stage ``k`` depends on ``p`` and the slots ``1..k+1`` only, so with one draft
         distribution (``q`` of shape ``(V,)``) the stages of every ``n`` are prefixes of one
         chain, cached per ``(p, q)`` and grown on demand: ``n = 2, 3, 4, 8`` on one step solve
-        7 LPs, not 13.
+        7 LPs, not 13. The chain's rankings are also kept across calls (:func:`_chain_hints`),
+        so that rebuilding a chain (:func:`otbound.compare` asks for one ``n`` at a time over
+        all the steps) sorts from its own order.
         """
         if q.ndim == 2:  # per_slot: q itself changes with n
             return self._memo("stages", p, q, n, lambda: self._grow(p, self._slots(q, n), []))
         chain: list[SelectionStage] = self._memo("stage_chain", p, q, 0, list)
-        return self._grow(p, self._slots(q, n), chain)[: n - 1]
+        if len(chain) < n - 1:
+            self._grow(p, self._slots(q, n), chain, _chain_hints(p, q, self.top))
+        return chain[: n - 1]
 
     def _grow(
-        self, p: np.ndarray, slots: list[np.ndarray], chain: list[SelectionStage]
+        self,
+        p: np.ndarray,
+        slots: list[np.ndarray],
+        chain: list[SelectionStage],
+        orders: list[np.ndarray] | None = None,
     ) -> list[SelectionStage]:
-        """Append stages to ``chain`` (in place) until it folds every slot; return it."""
+        """Append stages to ``chain`` (in place) until it folds every slot; return it.
+
+        ``orders``: the rankings of this chain's stages from an earlier call (the hints of
+        their sorts, which do not change them), extended in place with the new ones.
+        """
         while len(chain) < len(slots) - 1:
+            k = len(chain)
             current = chain[-1].induced if chain else slots[0]
             hint = None
-            if chain:  # the previous ranking nearly sorts this one (p_I moves little)
+            if orders is not None and k < len(orders):  # this very ranking, sorted before
+                hint = orders[k].astype(np.int64)
+            elif chain:  # the previous ranking nearly sorts this one (p_I moves little)
                 hint = np.empty_like(chain[-1].rank)
                 hint[chain[-1].rank] = np.arange(hint.size)
-            chain.append(_solve_stage(p, current, slots[len(chain) + 1], self.top, hint))
+            chain.append(_solve_stage(p, current, slots[k + 1], self.top, hint))
+            if orders is not None and k == len(orders):
+                order = np.empty_like(chain[-1].rank)
+                order[chain[-1].rank] = np.arange(order.size)
+                _keep_hint(orders, order)
         return chain
 
     def _induced(self, q: np.ndarray, n: int, stages: list[SelectionStage]) -> np.ndarray:
@@ -361,23 +453,60 @@ class ImportanceSampling(BaseVerifier):
         the residual ``r = res(p, p_I)`` give the probability that the selected draft is
         rejected and the residual lands on a draft exactly, so only that (small) coincidence
         term is estimated: unbiased, its variance that of the coincidence term alone.
+
+        The drafts are :func:`~otbound.drafts.inverse_cdf` of the same uniforms (one
+        ``rng.random(trials)`` a slot) through a guide table, and the values one compiled pass
+        (:mod:`otbound.verifiers._importance_kernels`); what depends on the step only is built
+        once for the pilot and the final sample of :meth:`estimate` (:meth:`_conditional_plan`).
         """
+        from otbound.verifiers._importance_kernels import coincidence_values, sample_cdf
+
+        plan = self._memo("conditional", p, q, n, lambda: self._conditional_plan(p, q, n))
+        # slot k's uniforms are row k: the stream of one rng.random(trials) a slot
+        u = rng.random((n, trials))
+        drafts = np.empty((trials, n), dtype=np.int64)
+        if q.ndim == 1:  # i.i.d. slots: one CDF serves them all
+            cdf, guide, last = plan.cdfs[0]
+            sample_cdf(cdf, guide, last, u, drafts, 0)
+        else:
+            for k, (cdf, guide, last) in enumerate(plan.cdfs):
+                sample_cdf(cdf, guide, last, u[k : k + 1], drafts, k)
+        out: np.ndarray = coincidence_values(
+            drafts, plan.ranks, plan.tops, plan.keep_tops, plan.accept, plan.rest, plan.selected
+        )
+        return out
+
+    def _conditional_plan(self, p: np.ndarray, q: np.ndarray, n: int) -> _ConditionalPlan:
+        """What :meth:`_conditional` needs of a step beyond its uniforms (built once for the
+        pilot and the final sample of :meth:`estimate`)."""
+        from otbound.verifiers._importance_kernels import guide_table
+
         stages = self.stages(p, q, n)
         induced = self._induced(q, n, stages)
         with np.errstate(divide="ignore", invalid="ignore"):
             accept = np.where(induced > 0, np.minimum(1.0, p / induced), 0.0)
         rest = residual(p, induced)
         selected = float(np.minimum(p, induced).sum())
-        slots = self._slots(q, n)
-        drafts = np.stack([sample_tokens(d, rng.random(trials)) for d in slots], axis=1)
-        chosen = self.selection_probabilities(drafts, stages)
-        fail = np.sum(chosen * (1.0 - accept[drafts]), axis=1)
-        ordered = np.sort(drafts, axis=1)
-        first = np.ones_like(ordered, dtype=bool)
-        first[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
-        on_drafts = np.sum(rest[ordered] * first, axis=1)
-        out: np.ndarray = selected + fail * on_drafts
-        return out
+        slots = self._slots(q, n) if q.ndim == 2 else [q]
+        # sample_tokens's inversion: the CDF, its guide table, the last token of positive mass
+        cdfs = []
+        for d in slots:
+            cdf = np.cumsum(d)
+            cdfs.append((cdf, guide_table(cdf), int(np.flatnonzero(d > 0)[-1])))
+        size = max((stage.top for stage in stages), default=1)
+        keep_tops = np.zeros((len(stages), size, size))
+        for k, stage in enumerate(stages):
+            keep_tops[k, : stage.top, : stage.top] = stage.keep_top
+        ranks = np.stack([stage.rank for stage in stages]) if stages else np.zeros((0, p.size))
+        return _ConditionalPlan(
+            ranks=ranks.astype(np.int64),
+            tops=np.array([stage.top for stage in stages], dtype=np.int64),
+            keep_tops=keep_tops,
+            accept=accept,
+            rest=rest,
+            selected=selected,
+            cdfs=cdfs,
+        )
 
     def _verify_one(
         self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator

@@ -30,6 +30,7 @@ import numba
 import numpy as np
 
 from otbound._checks import clip_rounding
+from otbound.verifiers._step_cache import ratio_order
 from otbound.verifiers.base import BaseVerifier, sample_tokens
 
 __all__ = ["KSequential", "kseq_rho"]
@@ -85,32 +86,34 @@ def _bisect(ratio, cum_p, cum_q, tail_q, n):  # type: ignore[no-untyped-def]  # 
 
 
 @numba.njit(cache=True)
-def _sorted_sums(p, q, live, order):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
-    """Ratios ``p/q`` in ``order`` with the prefix sums of ``p``, ``q`` and suffix sums of ``q``."""
-    count = order.shape[0]
+def _sorted_sums(p, q, tokens):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """Ratios ``p/q`` of ``tokens`` (in their order) with the prefix sums of ``p``, ``q`` and
+    suffix sums of ``q``."""
+    count = tokens.shape[0]
     ratio = np.empty(count)
     cum_p = np.zeros(count + 1)
     cum_q = np.zeros(count + 1)
     tail_q = np.zeros(count + 1)
     for i in range(count):
-        y = live[order[i]]
+        y = tokens[i]
         ratio[i] = p[y] / q[y]
         cum_p[i + 1] = cum_p[i] + p[y]
         cum_q[i + 1] = cum_q[i] + q[y]
     for i in range(count - 1, -1, -1):
-        tail_q[i] = tail_q[i + 1] + q[live[order[i]]]
+        tail_q[i] = tail_q[i + 1] + q[tokens[i]]
     return ratio, cum_p, cum_q, tail_q
 
 
 def kseq_rho(p: np.ndarray, q: np.ndarray, n: int) -> float:
     """``ρ* = min{ρ ∈ [1, n] : ρβ(ρ) ≥ 1 − (1 − β(ρ))^n}`` by bisection (validated inputs).
 
-    One sort of ``p/q`` (tokens with ``q = 0`` add nothing to ``β`` or ``1 − β``) and prefix
-    sums make each bisection step ``O(log V)``.
+    One sort of ``p/q`` (tokens with ``q = 0`` add nothing to ``β`` or ``1 − β``), shared by
+    every ``n`` of a step and with ``gls`` and ``rrs_without_replacement``
+    (:func:`~otbound.verifiers._step_cache.ratio_order`), and prefix sums make each bisection
+    step ``O(log V)``.
     """
-    live = np.flatnonzero(q > 0)
-    order = np.argsort(p[live] / q[live])
-    sums: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = _sorted_sums(p, q, live, order)
+    tokens = ratio_order(p, q)
+    sums: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = _sorted_sums(p, q, tokens)
     return float(_bisect(*sums, int(n)))
 
 

@@ -57,7 +57,10 @@ tokens not yet drafted (the factors ``f(t_{k+1})/f(t_k)`` telescope to ``f(t_{n+
 0/1 event "some draft accepted" under a coupling in which each level's rejection is an
 independent coin of probability ``f(t_{k+1})/f(t_k)``: an unbiased estimate of ``α`` whose variance
 is at most the 0/1 estimator's (total variance), and in practice far below it (it varies only
-through the drafted masses ``R_k``).
+through the drafted masses ``R_k``). The sort of ``p / q`` is shared with ``gls`` and kept
+across calls (:func:`otbound.verifiers._step_cache.ratio_order`); the binary searches run in
+two levels, the first level's kernel CDF tabled once for every path
+(:func:`_rejection_paths_fast`, equal to the one-level :func:`_rejection_paths`).
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from otbound.verifiers._step_cache import ratio_order
 from otbound.verifiers.base import BaseVerifier, residual, sample_tokens
 
 __all__ = ["MAX_TUPLES", "RecursiveRejectionWithoutReplacement"]
@@ -92,26 +96,56 @@ class _Ratios:
     """
 
     def __init__(self, p: np.ndarray, q: np.ndarray) -> None:
-        live = np.flatnonzero(q > 0)
-        rho = p[live] / q[live]
-        sort = np.argsort(rho, kind="stable")
-        self.order = live[sort]
-        self.rho = np.ascontiguousarray(rho[sort])
+        # the sort is shared with other verifiers and kept across calls (_step_cache)
+        self.order = ratio_order(p, q)
         self.pos = np.full(p.size, -1, dtype=np.int64)
         self.pos[self.order] = np.arange(self.order.size)
-        ps, qs = p[self.order], q[self.order]
-        self.cum_p = np.concatenate(([0.0], np.cumsum(ps)))
-        self.cum_q = np.concatenate(([0.0], np.cumsum(qs)))
         off = float(p[q <= 0].sum())  # tokens never drafted: always in the residual
-        self.tail_p = np.concatenate((np.cumsum(ps[::-1])[::-1], [0.0])) + off
-        self.tail_q = np.concatenate((np.cumsum(qs[::-1])[::-1], [0.0]))
-        self.q_sorted = np.ascontiguousarray(qs)
+        self.rho, self.cum_p, self.cum_q, self.tail_p, self.tail_q, self.q_sorted = _ratio_sums(
+            p, q, self.order, off
+        )
 
     def f(self, t: np.ndarray) -> np.ndarray:
         """``f(t) = Σ_y (p_y − t q_y)⁺`` (vectorised; never negative)."""
         a = np.searchsorted(self.rho, t, side="right")
         out: np.ndarray = np.maximum(self.tail_p[a] - t * self.tail_q[a], 0.0)
         return out
+
+
+@numba.njit(cache=True)
+def _ratio_sums(p, q, order, off):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """``ρ``, the prefix and suffix sums of ``p`` and ``q`` and ``q`` in ``order``, as
+    :class:`_Ratios` keeps them (sequential sums, the order of ``np.cumsum``); ``off`` is added
+    to every suffix sum of ``p``."""
+    m = order.shape[0]
+    rho = np.empty(m)
+    q_sorted = np.empty(m)
+    cum_p = np.zeros(m + 1)
+    cum_q = np.zeros(m + 1)
+    tail_p = np.zeros(m + 1)
+    tail_q = np.zeros(m + 1)
+    for i in range(m):
+        token = order[i]
+        rho[i] = p[token] / q[token]
+        q_sorted[i] = q[token]
+        if i == 0:
+            cum_p[1] = p[token]
+            cum_q[1] = q[token]
+        else:
+            cum_p[i + 1] = cum_p[i] + p[token]
+            cum_q[i + 1] = cum_q[i] + q[token]
+    tail_p[m] = off
+    for i in range(m - 1, -1, -1):
+        token = order[i]
+        if i == m - 1:
+            tail_p[i] = p[token]
+            tail_q[i] = q[token]
+        else:
+            tail_p[i] = tail_p[i + 1] + p[token]
+            tail_q[i] = tail_q[i + 1] + q[token]
+    for i in range(m):
+        tail_p[i] += off
+    return rho, cum_p, cum_q, tail_p, tail_q, q_sorted
 
 
 @numba.njit(cache=True)
@@ -142,17 +176,46 @@ def _kernel_cdf(i, t0, t1, a0, a1, rho, cum_p, cum_q, removed_pos, removed_q, co
     return value
 
 
+@numba.njit(cache=True, inline="always")
+def _nearest_weighted(lo, rho, q_sorted, t_next, removed_pos, count):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """Position ``lo`` of a rejection path's binary search, moved off a drafted token or one of
+    zero weight (``ρ ≥ t_next``), where rounding can leave it: the nearest position below of
+    positive weight, else the nearest not drafted above."""
+    m = rho.shape[0]
+    pos = lo
+    while pos >= 0:
+        ok = rho[pos] < t_next and q_sorted[pos] > 0.0
+        for r in range(count):
+            if removed_pos[r] == pos:
+                ok = False
+        if ok:
+            return pos
+        pos -= 1
+    pos = lo
+    while pos < m:
+        ok = rho[pos] < t_next
+        for r in range(count):
+            if removed_pos[r] == pos:
+                ok = False
+        if ok:
+            return pos
+        pos += 1
+    return pos
+
+
 @numba.njit(cache=True)
 def _count_le(rho, t):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
-    lo = 0
-    hi = rho.shape[0]
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if rho[mid] <= t:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+    """The number of entries of the increasing ``rho`` at most ``t`` (a branch-free bisection:
+    ``⌈log2 m⌉`` steps whose outcome selects the next base instead of a jump)."""
+    length = rho.shape[0]
+    if length == 0:
+        return 0
+    base = 0
+    while length > 1:  # the count lies in [base, base + length]
+        half = length // 2
+        base = base + half if rho[base + half] <= t else base
+        length -= half
+    return base + 1 if rho[base] <= t else base
 
 
 @numba.njit(cache=True)
@@ -206,27 +269,7 @@ def _rejection_paths(n, u, rho, cum_p, cum_q, tail_p, tail_q, q_sorted, total_q)
                     hi = mid
                 else:
                     lo = mid + 1
-            # rounding can leave the search on a drafted token or one of zero weight
-            # (ρ ≥ t_next); step to the nearest token below of positive weight
-            pos = lo
-            while pos >= 0:
-                ok = rho[pos] < t_next and q_sorted[pos] > 0.0
-                for r in range(count):
-                    if removed_pos[r] == pos:
-                        ok = False
-                if ok:
-                    break
-                pos -= 1
-            if pos < 0:
-                pos = lo
-                while pos < m:
-                    ok = rho[pos] < t_next
-                    for r in range(count):
-                        if removed_pos[r] == pos:
-                            ok = False
-                    if ok:
-                        break
-                    pos += 1
+            pos = _nearest_weighted(lo, rho, q_sorted, t_next, removed_pos, count)
             removed_pos[count] = pos
             removed_q[count] = q_sorted[pos]
             count += 1
@@ -235,6 +278,162 @@ def _rejection_paths(n, u, rho, cum_p, cum_q, tail_p, tail_q, q_sorted, total_q)
             f = f_next
         out[trial] = value
     return out
+
+
+#: Tokens per block of the two-level searches of :func:`_rejection_paths_fast` (their top
+#: level, every 16th value, stays in the L1 cache).
+SEARCH_BLOCK = 16
+
+
+@numba.njit(cache=True)
+def _kernel_cdf_at(k, cq_k, cp_k, t0, t1, a0, a1, cum_p, cum_q, removed_pos, removed_q, count):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """:func:`_kernel_cdf` at ``i = k − 1`` given ``cum_q[k]``, ``cum_p[k]`` (same arithmetic)."""
+    if k <= a0:
+        value = (t1 - t0) * cq_k
+    elif k <= a1:
+        value = (t1 - t0) * cum_q[a0] + t1 * (cq_k - cum_q[a0]) - (cp_k - cum_p[a0])
+    else:
+        value = (t1 - t0) * cum_q[a0] + t1 * (cum_q[a1] - cum_q[a0]) - (cum_p[a1] - cum_p[a0])
+    for r in range(count):
+        if removed_pos[r] <= k - 1:
+            value -= (t1 - t0) * removed_q[r]
+    return value
+
+
+@numba.njit(cache=True)
+def _count_le_blocked(rho, rho_ends, t):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """:func:`_count_le` in two levels: the full blocks whose last entry (``rho_ends``) is at
+    most ``t``, then the entries of the next block."""
+    block = SEARCH_BLOCK
+    full = _count_le(rho_ends, t)
+    start = full * block
+    stop = min(start + block, rho.shape[0])
+    return start + _count_le(rho[start:stop], t)
+
+
+@numba.njit(cache=True)
+def _rejection_paths_fast(n, u, tables, total_q, ends):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """:func:`_rejection_paths`, with its searches in two levels.
+
+    ``tables``: ``(rho, cum_p, cum_q, tail_p, tail_q, q_sorted)``; ``ends``: the top levels
+    (:func:`_search_ends`): ``rho`` at the last position of each full block of
+    :data:`SEARCH_BLOCK`, and ``cum_q``, ``cum_p`` just after the last position ``e_b`` of
+    each block of the kernel's positions ``0..m − 2`` (``e_b = min((b + 1) B, m − 1) − 1``).
+    The kernel search finds the first block whose last position's weight exceeds the
+    target, then the position inside it: for a non-decreasing CDF the position of the
+    one-level bisection (the two could differ only where rounding makes the CDF step down
+    at a drafted token). The search of ``ρ ≤ t`` is shared by ``f(t)`` and the kernel, and
+    carried from one level to the next; the first level, the same for every path, evaluates
+    its kernel CDF once.
+    """
+    rho, cum_p, cum_q, tail_p, tail_q, q_sorted = tables
+    rho_ends, cq_ends, cp_ends = ends
+    block = SEARCH_BLOCK
+    trials = u.shape[0]
+    m = rho.shape[0]
+    positions = m - 1  # the kernel search returns a position in [0, m − 2], else m − 1
+    blocks = cq_ends.shape[0]
+    out = np.empty(trials)
+    removed_pos = np.empty(max(n - 1, 1), dtype=np.int64)
+    removed_q = np.empty(max(n - 1, 1))
+    # Every path's first level has t = 0 and nothing drafted: its kernel CDF is one array,
+    # evaluated once (the same values _kernel_cdf gives at each position).
+    first_t = _f_at(0.0, rho, tail_p, tail_q) / total_q
+    first_a0 = _count_le_blocked(rho, rho_ends, 0.0)
+    first_a1 = _count_le_blocked(rho, rho_ends, first_t)
+    first_cdf = np.empty(m if n > 1 and total_q >= 1e-6 else 0)
+    for i in range(first_cdf.shape[0]):
+        first_cdf[i] = _kernel_cdf(
+            i, 0.0, first_t, first_a0, first_a1, rho, cum_p, cum_q, removed_pos, removed_q, 0
+        )
+    for trial in range(trials):
+        t = 0.0
+        a_t = _count_le_blocked(rho, rho_ends, 0.0)  # sorted tokens with ρ ≤ t
+        f = _f_at(0.0, rho, tail_p, tail_q)
+        drafted = 0.0
+        count = 0
+        value = 0.0
+        for k in range(n):
+            left = total_q - drafted
+            if left < 1e-6:  # nearly all of q drafted: sum what is left (no cancellation)
+                left = 0.0
+                for j in range(m):
+                    keep = True
+                    for r in range(count):
+                        if removed_pos[r] == j:
+                            keep = False
+                    if keep:
+                        left += q_sorted[j]
+            t_next = t + f / left
+            a0 = a_t
+            a1 = _count_le_blocked(rho, rho_ends, t_next)
+            f_next = tail_p[a1] - t_next * tail_q[a1]  # _f_at(t_next)
+            if not f_next > 0.0:
+                f_next = 0.0
+            if k == n - 1 or f_next <= 0.0:
+                value = f_next
+                break
+            tabled = k == 0 and first_cdf.shape[0] > 0  # the first level's array serves
+            if tabled:
+                total = first_cdf[m - 1]
+            else:
+                total = _kernel_cdf(
+                    m - 1, t, t_next, a0, a1, rho, cum_p, cum_q, removed_pos, removed_q, count
+                )
+            target = u[trial, k] * total
+            lo = 0
+            hi = blocks
+            while lo < hi:  # the first block whose last position's weight exceeds the target
+                mid = (lo + hi) // 2
+                end = min((mid + 1) * block, positions)
+                if tabled:
+                    cdf = first_cdf[end - 1]
+                else:
+                    cdf = _kernel_cdf_at(
+                        end, cq_ends[mid], cp_ends[mid], t, t_next, a0, a1, cum_p, cum_q,
+                        removed_pos, removed_q, count,
+                    )  # fmt: skip
+                if cdf > target:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            if lo == blocks:
+                lo = positions
+            else:
+                hi = min((lo + 1) * block, positions) - 1
+                lo = lo * block
+                while lo < hi:  # the first position inside it
+                    mid = (lo + hi) // 2
+                    if tabled:
+                        cdf = first_cdf[mid]
+                    else:
+                        cdf = _kernel_cdf(
+                            mid, t, t_next, a0, a1, rho, cum_p, cum_q, removed_pos, removed_q,
+                            count,
+                        )  # fmt: skip
+                    if cdf > target:
+                        hi = mid
+                    else:
+                        lo = mid + 1
+            pos = _nearest_weighted(lo, rho, q_sorted, t_next, removed_pos, count)
+            removed_pos[count] = pos
+            removed_q[count] = q_sorted[pos]
+            count += 1
+            drafted += q_sorted[pos]
+            t = t_next
+            a_t = a1
+            f = f_next
+        out[trial] = value
+    return out
+
+
+def _search_ends(tab: _Ratios) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The top levels of :func:`_rejection_paths_fast`'s searches (its docstring)."""
+    block = SEARCH_BLOCK
+    m = tab.rho.size
+    rho_ends = np.ascontiguousarray(tab.rho[block - 1 :: block])
+    ends = np.minimum(np.arange(1, -(-(m - 1) // block) + 1) * block, m - 1)  # e_b + 1
+    return rho_ends, tab.cum_q[ends], tab.cum_p[ends]
 
 
 def _acceptance_paths(p: np.ndarray, q: np.ndarray, n: int) -> float:
@@ -492,10 +691,8 @@ class RecursiveRejectionWithoutReplacement(BaseVerifier):
         conditional expectation of a 0/1 acceptance event given the path."""
         tab = _Ratios(p, q)
         u = rng.random((trials, max(n - 1, 1)))
-        rejected = _rejection_paths(
-            n, u, tab.rho, tab.cum_p, tab.cum_q, tab.tail_p, tab.tail_q, tab.q_sorted,
-            float(tab.tail_q[0]),
-        )  # fmt: skip
+        tables = (tab.rho, tab.cum_p, tab.cum_q, tab.tail_p, tab.tail_q, tab.q_sorted)
+        rejected = _rejection_paths_fast(n, u, tables, float(tab.tail_q[0]), _search_ends(tab))
         out: np.ndarray = 1.0 - rejected
         return out
 

@@ -1,0 +1,37 @@
+"""Seeded hard (p, q) pairs for the tests that hold a compiled or cached path equal to its
+previous path: Zipf, peaked, ties, extreme masses and zeros."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def kernel_cases(
+    count: int, seed: int, big: tuple[int, ...] = (8_192,)
+) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """``count`` seeded (kind, p, q) pairs: the first ones of the sizes in ``big``, the others
+    of 2 to 400 tokens; the kinds cycle through Zipf, peaked (one token holding most of
+    ``p``), ties, extreme masses (1e-30 to 1) and zeros (about 30 % of each row)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(count):
+        vocab = big[i] if i < len(big) else int(rng.integers(2, 400))
+        kind = ["zipf", "peaked", "ties", "extreme", "zeros"][i % 5]
+        ranks = np.arange(1, vocab + 1, dtype=float)
+        if kind == "zipf":
+            p, q = ranks ** -rng.uniform(0.8, 1.5), rng.permutation(ranks) ** -1.1
+        elif kind == "peaked":
+            base = rng.normal(0, 3, vocab)
+            p, q = np.exp(base + rng.normal(0, 1, vocab)), np.exp(base + rng.normal(0, 1, vocab))
+            p[rng.integers(vocab)] += 50 * p.sum()
+        elif kind == "ties":
+            p, q = rng.integers(1, 4, vocab).astype(float), rng.integers(1, 4, vocab).astype(float)
+        elif kind == "extreme":
+            p, q = 10.0 ** rng.uniform(-30, 0, vocab), 10.0 ** rng.uniform(-30, 0, vocab)
+        else:
+            p, q = rng.random(vocab), rng.random(vocab)
+            p[rng.random(vocab) < 0.3] = 0.0
+            q[rng.random(vocab) < 0.3] = 0.0
+            p[0] = q[0] = 1.0
+        out.append((kind, p / p.sum(), q / q.sum()))
+    return out

@@ -1,0 +1,303 @@
+"""The compiled and cached paths of the estimated verifiers against their previous paths.
+
+``gls`` (the blocked quadrature), ``rrs_without_replacement`` (the shared sort, the tables and
+the two-level rejection-path kernel) and ``importance`` (the stage passes, the LP's sparsity,
+the draft inversion and the per-trial values): each new path equals the previous one, kept
+here or in the module as the reference, bit for bit or to rounding, on seeded cases with ties,
+zeros, extreme masses and real vocabulary sizes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from kernel_cases import kernel_cases
+from scipy import sparse
+
+from otbound.drafts.helpers import inverse_cdf
+from otbound.verifiers import _step_cache as step_cache
+from otbound.verifiers import get_verifier
+from otbound.verifiers import gls as gls_module
+from otbound.verifiers import importance as importance_module
+from otbound.verifiers import rrs_without_replacement as rrs_module
+from otbound.verifiers.base import residual
+
+
+def _cases(
+    count: int, seed: int, big: tuple[int, ...] = (8_192,)
+) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """:func:`kernel_cases` (Zipf, peaked, ties, extreme masses, zeros)."""
+    return kernel_cases(count, seed, big)
+
+
+# -- gls -----------------------------------------------------------------------------------
+
+
+def _quadrature_args(p: np.ndarray, q: np.ndarray, ns: list[int]) -> tuple[object, ...] | None:
+    _, ps, qs, rho, g, slope, spread = gls_module._gls_prepare(p, q)
+    if spread <= 0.0:
+        return None
+    step = gls_module.QUADRATURE_STEP
+    first = np.array([np.floor(gls_module._start(k, spread) / step) for k in ns], dtype=np.int64)
+    last = np.array([np.ceil(np.log(45.0 / k) / step) for k in ns], dtype=np.int64)
+    return (np.array(ns, dtype=np.int64), first, last, step, ps, qs, rho, g, slope)
+
+
+def test_gls_blocked_quadrature_equals_the_one_loop_kernel(monkeypatch):
+    """numpy's expm1 a block of tokens at a time and the node loop innermost: the one-loop
+    kernel's sums to rounding (1e-15), for any block size (bit for bit)."""
+    checked = 0
+    for kind, p, q in _cases(30, seed=3, big=(8_192, 3_000)):
+        for ns in ([2, 3, 4, 5, 6, 7, 8], [1, 2, 3], [4]):
+            args = _quadrature_args(p, q, ns)
+            if args is None:
+                continue
+            want = gls_module._gls_quadrature_many(*args)
+            got = gls_module._gls_quadrature_blocked(*args)
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-15, err_msg=kind)
+            monkeypatch.setattr(gls_module, "QUADRATURE_BLOCK", 7)
+            np.testing.assert_array_equal(gls_module._gls_quadrature_blocked(*args), got)
+            monkeypatch.undo()
+            checked += 1
+    assert checked >= 80
+
+
+# -- the shared sort of p / q ---------------------------------------------------------------
+
+
+def test_ratio_order_is_the_stable_argsort_and_checks_its_cache(monkeypatch):
+    monkeypatch.setattr(step_cache, "_ratio_orders", type(step_cache._ratio_orders)())
+    monkeypatch.setattr(step_cache, "_ratio_bytes", [0])
+    for kind, p, q in _cases(40, seed=5, big=(70_000, 8_192)):
+        live = np.flatnonzero(q > 0)
+        want = live[np.argsort(p[live] / q[live], kind="stable")]
+        assert np.array_equal(step_cache.ratio_order(p, q), want), kind
+        assert np.array_equal(step_cache.ratio_order(p.copy(), q.copy()), want), kind  # cached
+    # an entry that is not this step's sort (a key collision) is recomputed, not used
+    kind, p, q = _cases(1, seed=6, big=(500,))[0]
+    key = step_cache.step_key(p, q)
+    live = np.flatnonzero(q > 0)
+    stale = step_cache.compact(live[::-1].copy(), q.size)
+    step_cache._ratio_orders[key] = stale
+    step_cache._ratio_bytes[0] += stale.nbytes
+    want = live[np.argsort(p[live] / q[live], kind="stable")]
+    assert np.array_equal(step_cache.ratio_order(p, q), want)
+    assert np.array_equal(step_cache._ratio_orders[key], want)
+    # bounded by bytes
+    monkeypatch.setattr(step_cache, "RATIO_CACHE_BYTES", 3_000)
+    for _, p, q in _cases(12, seed=7, big=()):
+        step_cache.ratio_order(p, q)
+    assert step_cache._ratio_bytes[0] == sum(o.nbytes for o in step_cache._ratio_orders.values())
+    assert step_cache._ratio_bytes[0] <= 3_000 or len(step_cache._ratio_orders) == 1
+
+
+def test_kseq_rho_from_the_shared_order_equals_its_own_sort():
+    """K-SEQ's bisection on the shared stable order of ``p / q`` (:func:`ratio_order`) gives
+    the ``ρ*`` and acceptance of its former own (unstable) argsort to rounding (ties only
+    reorder the prefix sums)."""
+    from otbound.verifiers import kseq as kseq_module
+
+    def former_rho(p: np.ndarray, q: np.ndarray, n: int) -> float:
+        live = np.flatnonzero(q > 0)
+        tokens = live[np.argsort(p[live] / q[live])]
+        return float(kseq_module._bisect(*kseq_module._sorted_sums(p, q, tokens), n))
+
+    checked = 0
+    for kind, p, q in _cases(30, seed=13, big=(8_192, 32_000)):
+        for n in (1, 2, 3, 8):
+            want = former_rho(p, q, n)
+            got = kseq_module.kseq_rho(p, q, n)
+            assert got == pytest.approx(want, rel=1e-12, abs=1e-12), (kind, n)
+            miss = np.maximum(q - p / want, 0.0).sum()
+            alpha = get_verifier("kseq").acceptance(p, q, n)
+            assert alpha == pytest.approx(1.0 - miss**n, abs=1e-12), (kind, n)
+            checked += 1
+    assert checked == 120
+
+
+# -- rrs_without_replacement ----------------------------------------------------------------
+
+
+def test_rrs_tables_equal_the_numpy_construction():
+    for kind, p, q in _cases(25, seed=9):
+        tab = rrs_module._Ratios(p, q)
+        live = np.flatnonzero(q > 0)
+        rho = p[live] / q[live]
+        sort = np.argsort(rho, kind="stable")
+        order = live[sort]
+        ps, qs = p[order], q[order]
+        off = float(p[q <= 0].sum())
+        want = {
+            "order": order,
+            "rho": rho[sort],
+            "cum_p": np.concatenate(([0.0], np.cumsum(ps))),
+            "cum_q": np.concatenate(([0.0], np.cumsum(qs))),
+            "tail_p": np.concatenate((np.cumsum(ps[::-1])[::-1], [0.0])) + off,
+            "tail_q": np.concatenate((np.cumsum(qs[::-1])[::-1], [0.0])),
+            "q_sorted": qs,
+        }
+        for name, value in want.items():
+            assert np.array_equal(getattr(tab, name), value), (kind, name)
+
+
+def test_rrs_fast_rejection_paths_equal_the_one_level_kernel():
+    """Two-level searches, the first level tabled: the one-level kernel's values bit for bit
+    (n = 2..8, 500 paths a case)."""
+    rng = np.random.default_rng(11)
+    for kind, p, q in _cases(30, seed=13, big=(8_192, 1_000)):
+        tab = rrs_module._Ratios(p, q)
+        tables = (tab.rho, tab.cum_p, tab.cum_q, tab.tail_p, tab.tail_q, tab.q_sorted)
+        total_q = float(tab.tail_q[0])
+        for n in (2, 3, 5, 8):
+            if np.count_nonzero(q > 0) < n:
+                continue
+            u = rng.random((500, n - 1))
+            want = rrs_module._rejection_paths(n, u, *tables, total_q)
+            got = rrs_module._rejection_paths_fast(
+                n, u, tables, total_q, rrs_module._search_ends(tab)
+            )
+            assert np.array_equal(got, want), (kind, n, p.size)
+
+
+# -- importance -----------------------------------------------------------------------------
+
+
+def _solve_stage_reference(p, a, b, top):
+    """The previous ``_solve_stage``: numpy passes and the LP built as a CSR of triplets."""
+    vocab = p.size
+    order = np.argsort(-(p - a * b), kind="stable")
+    rank = np.empty(vocab, dtype=np.int64)
+    rank[order] = np.arange(vocab)
+    s = min(top, vocab)
+    a_sorted, b_sorted, p_sorted = a[order], b[order], p[order]
+    after_a = np.concatenate((np.cumsum(a_sorted[::-1])[::-1][1:], [0.0]))
+    after_b = np.concatenate((np.cumsum(b_sorted[::-1])[::-1][1:], [0.0]))
+    induced_sorted = a_sorted * (b_sorted + after_b) + b_sorted * after_a
+    aS, bS, pS = a_sorted[:s], b_sorted[:s], p_sorted[:s]
+    tail_a, tail_b = a_sorted[s:].sum(), b_sorted[s:].sum()
+    off = ~np.eye(s, dtype=bool)
+    base = aS * bS + aS * tail_b + bS * tail_a + bS * (aS.sum() - aS)
+    keep = np.ones((s, s))
+    if s > 1:
+        ii, jj = np.nonzero(off)
+        nw = ii.size
+        rows = np.concatenate((ii, jj, np.arange(s)))
+        cols = np.concatenate((np.arange(nw), np.arange(nw), nw + np.arange(s)))
+        vals = np.concatenate((-aS[ii] * bS[jj], aS[ii] * bS[jj], np.ones(s)))
+        a_ub = sparse.csr_array((vals, (rows, cols)), shape=(s, nw + s))
+        cost = np.concatenate((np.zeros(nw), np.ones(s)))
+        upper = np.concatenate((np.ones(nw), pS))
+        solution = importance_module.solve_lp(cost, a_ub, -np.inf, base, 0.0, upper, maximize=True)
+        keep[ii, jj] = np.clip(solution.x[:nw], 0.0, 1.0)
+    gain = (aS[:, None] * bS[None, :] * keep * off).sum(axis=1)
+    loss = (aS[:, None] * bS[None, :] * keep * off).sum(axis=0)
+    induced_sorted[:s] = base + gain - loss
+    induced = np.empty(vocab)
+    induced[order] = np.clip(induced_sorted, 0.0, 1.0)
+    return rank, keep, induced / float(induced.sum())
+
+
+def test_importance_stage_passes_equal_the_numpy_stage(monkeypatch):
+    """The compiled passes and the prebuilt CSC of the LP: the previous stage bit for bit
+    (the LP cache emptied, so that every LP is solved from the new matrix)."""
+    monkeypatch.setattr(importance_module, "_stage_cache", type(importance_module._stage_cache)())
+    for kind, p, q in _cases(20, seed=17):
+        current = q
+        for _ in range(3):
+            stage = importance_module._solve_stage(p, current, q, 6)
+            rank, keep, induced = _solve_stage_reference(p, current, q, 6)
+            assert np.array_equal(stage.rank, rank), kind
+            assert np.array_equal(stage.keep_top, keep), kind
+            assert np.array_equal(stage.induced, induced), kind
+            current = stage.induced
+
+
+@pytest.mark.parametrize("s", [2, 3, 10, 17])
+def test_importance_lp_pattern_is_the_csr_conversion(s):
+    rng = np.random.default_rng(s)
+    ii, jj, perm, indices, indptr = importance_module._lp_pattern(s)
+    ref_ii, ref_jj = np.nonzero(~np.eye(s, dtype=bool))
+    assert np.array_equal(ii, ref_ii) and np.array_equal(jj, ref_jj)
+    nw = ii.size
+    rows = np.concatenate((ii, jj, np.arange(s)))
+    cols = np.concatenate((np.arange(nw), np.arange(nw), nw + np.arange(s)))
+    for _ in range(5):
+        a, b = rng.random(s), rng.random(s)
+        a[rng.random(s) < 0.3] = 0.0  # explicit zeros stay
+        vals = np.concatenate((-a[ii] * b[jj], a[ii] * b[jj], np.ones(s)))
+        want = sparse.csc_array(sparse.csr_array((vals, (rows, cols)), shape=(s, nw + s)))
+        want.sum_duplicates()
+        weight = a[ii] * b[jj]
+        mine = np.concatenate((-weight, weight, np.ones(s)))[perm]
+        assert np.array_equal(want.indptr, indptr) and np.array_equal(want.indices, indices)
+        assert np.array_equal(want.data, mine)
+        assert np.array_equal(np.signbit(want.data), np.signbit(mine))
+
+
+def test_importance_chain_hints_never_change_a_stage(monkeypatch):
+    """Kept rankings are sort hints only: wrong ones (another step's, a reversed order) give
+    the same stages as no hint."""
+    monkeypatch.setattr(importance_module, "_chain_orders", type(importance_module._chain_orders)())
+    monkeypatch.setattr(importance_module, "_chain_bytes", [0])
+    for kind, p, q in _cases(8, seed=19):
+        v = get_verifier("importance")
+        want = v._grow(p, [q] * 5, [])
+        orders = importance_module._chain_hints(p, q, v.top)
+        for _ in range(4):
+            orders.append(np.random.default_rng(1).permutation(p.size).astype(np.uint16))
+        got = get_verifier("importance").stages(p, q, 5)
+        for a, b in zip(got, want, strict=True):
+            assert np.array_equal(a.rank, b.rank), kind
+            assert np.array_equal(a.keep_top, b.keep_top), kind
+            assert np.array_equal(a.induced, b.induced), kind
+        again = get_verifier("importance").stages(p, q, 5)  # from the kept (now wrong) hints
+        for a, b in zip(again, want, strict=True):
+            assert np.array_equal(a.induced, b.induced), kind
+
+
+def test_sample_cdf_is_inverse_cdf():
+    from otbound.verifiers._importance_kernels import guide_table, sample_cdf
+
+    rng = np.random.default_rng(23)
+    dists = [q for _, _, q in _cases(20, seed=29)]
+    dists += [np.array([0.0, 1.0, 0.0]), np.array([1e-300, 1.0, 1e-300, 0.0]), np.array([1.0])]
+    for dist in dists:
+        cdf = np.cumsum(dist)
+        last = int(np.flatnonzero(dist > 0)[-1])
+        u = rng.random((3, 2_000))
+        u[0, :3] = [0.0, np.nextafter(1.0, 0.0), 0.5]
+        out = np.empty((2_000, 3), dtype=np.int64)
+        sample_cdf(cdf, guide_table(cdf), last, u, out, 0)
+        for k in range(3):
+            assert np.array_equal(out[:, k], inverse_cdf(dist, u[k]))
+
+
+def _conditional_reference(v, p, q, n, trials, rng):
+    """The previous ``ImportanceSampling._conditional``: numpy selection probabilities."""
+    stages = v.stages(p, q, n)
+    induced = v._induced(q, n, stages)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        accept = np.where(induced > 0, np.minimum(1.0, p / induced), 0.0)
+    rest = residual(p, induced)
+    selected = float(np.minimum(p, induced).sum())
+    slots = v._slots(q, n)
+    drafts = np.stack([inverse_cdf(d, rng.random(trials)) for d in slots], axis=1)
+    chosen = v.selection_probabilities(drafts, stages)
+    fail = np.sum(chosen * (1.0 - accept[drafts]), axis=1)
+    ordered = np.sort(drafts, axis=1)
+    first = np.ones_like(ordered, dtype=bool)
+    first[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    on_drafts = np.sum(rest[ordered] * first, axis=1)
+    return selected + fail * on_drafts
+
+
+@pytest.mark.parametrize("design", ["iid", "per_slot"])
+def test_importance_conditional_equals_the_numpy_values(design):
+    """Same uniforms, same drafts, same values to rounding (1e-15)."""
+    v = get_verifier("importance", design=design, top=4)
+    for kind, p, q in _cases(15, seed=37, big=(2_000,)):
+        for n in (2, 3, 5):
+            qq = q if design == "iid" else np.stack([np.roll(q, k) for k in range(n)])
+            got = v._conditional(p, qq, n, 3_000, np.random.default_rng(n))
+            want = _conditional_reference(v, p, qq, n, 3_000, np.random.default_rng(n))
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-15, err_msg=f"{kind} {n}")
