@@ -102,6 +102,12 @@ class Step:
         return Step(p2[index], q2[index], self.slot_axis)
 
     def take(self, rows: np.ndarray | slice) -> Step:
-        """The flattened steps selected by a mask, indices or a slice (trusted, contiguous)."""
+        """The flattened steps selected by a mask, indices or a slice (trusted, contiguous).
+
+        A mask that selects every step gives views of the flattened arrays (no copy: a batch
+        of 256 steps at V = 32,000 is 130 MB)."""
         p2, q2, _ = self.flat
+        if isinstance(rows, np.ndarray) and rows.dtype == bool and rows.shape == p2.shape[:1]:
+            if rows.all():
+                rows = slice(None)
         return Step(np.ascontiguousarray(p2[rows]), np.ascontiguousarray(q2[rows]), self.slot_axis)

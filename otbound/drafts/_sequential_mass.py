@@ -37,6 +37,7 @@ much of it skipped by the early stop. The kernel is compiled with numba.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -257,8 +258,10 @@ TOP_SEGMENTS = 24
 CANDIDATE_SLACK = 1e-13
 
 
+@functools.lru_cache(maxsize=32)
 def _series_table(top: int, terms: int) -> np.ndarray:
-    r"""``β[m, r] = (−1)^{m−1} (m−1)! S(r, m) / r!`` for ``1 ≤ m < top``, ``r ≤ terms``.
+    r"""``β[m, r] = (−1)^{m−1} (m−1)! S(r, m) / r!`` for ``1 ≤ m < top``, ``r ≤ terms``
+    (kept per ``(top, terms)``, read-only).
 
     ``log(1 + (e^a − 1) z) = Σ_m (−1)^{m−1} (e^a − 1)^m z^m / m`` and
     ``(e^a − 1)^m = m! Σ_r S(r, m) a^r / r!`` (Stirling numbers of the second kind).
@@ -274,6 +277,7 @@ def _series_table(top: int, terms: int) -> np.ndarray:
             beta[m, r] = (
                 (-1) ** (m - 1) * math.factorial(m - 1) * stirling[r, m] / math.factorial(r)
             )
+    beta.setflags(write=False)
     return beta
 
 
@@ -555,6 +559,21 @@ def _growth_bounds(q: np.ndarray, counts: Sequence[int]) -> list[float]:
     return out
 
 
+def _refined(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each segment ``[starts[s], ends[s])`` cut into ``REFINE`` pieces of
+    ``⌈length / REFINE⌉`` tokens (the last one shorter; at least one token each): the pieces'
+    starts and ends, and the group boundaries (segment ``s``'s pieces are
+    ``groups[s]:groups[s+1]``)."""
+    lengths = ends - starts
+    step = -(-lengths // REFINE)
+    pieces = -(-lengths // step)
+    groups = np.concatenate(([0], np.cumsum(pieces)))
+    within = np.arange(groups[-1]) - np.repeat(groups[:-1], pieces)
+    new_starts = np.repeat(starts, pieces) + within * np.repeat(step, pieces)
+    new_ends = np.minimum(new_starts + np.repeat(step, pieces), np.repeat(ends, pieces))
+    return new_starts, new_ends, groups
+
+
 def sequential_prefix_minimum(
     p_sorted: np.ndarray,
     q_sorted: np.ndarray,
@@ -668,20 +687,21 @@ def sequential_prefix_minimum(
         length = 1
         while stop // (length * REFINE) >= TOP_SEGMENTS:
             length *= REFINE
-        level = [np.append(np.arange(0, stop, length), stop)]
-        may_refine = np.ones(level[0].size - 1, dtype=bool)
+        first = np.append(np.arange(0, stop, length), stop)
+        may_refine = np.ones(first.size - 1, dtype=bool)
     else:
-        level = [np.asarray(cuts, dtype=np.int64)]
-        may_refine = np.ones(level[0].size - 1, dtype=bool) if refinable is None else refinable
+        first = np.asarray(cuts, dtype=np.int64)
+        may_refine = np.ones(first.size - 1, dtype=bool) if refinable is None else refinable
+    # a level: segments [starts, ends) in groups of consecutive ones (one range each)
+    starts, ends = first[:-1], first[1:]
+    groups = np.array([0, starts.size])
     states = np.zeros((num_nodes, 1, top))
     states[:, 0, 0] = 1.0
-    while level:
-        # ``level``: the cut points of each range; the ranges' tokens concatenated
-        groups = np.concatenate(([0], np.cumsum([c.size - 1 for c in level])))
-        idx = np.concatenate([np.arange(c[0], c[-1]) for c in level])
-        ends = np.concatenate([c[1:] for c in level])  # prefix length at each segment end
-        starts = np.concatenate([c[:-1] for c in level])
-        edges = np.concatenate(([0], np.cumsum(ends - starts)))
+    while starts.size:
+        # the level's tokens, segment after segment
+        lengths = ends - starts
+        edges = np.concatenate(([0], np.cumsum(lengths)))
+        idx = np.repeat(starts - edges[:-1], lengths) + np.arange(edges[-1])
         vals = q[idx] * scale
         rising = np.empty(vals.size)
         longest = int(np.max(ends - starts))
@@ -729,11 +749,8 @@ def sequential_prefix_minimum(
             & np.any([lo < gap[slots[k]] + CANDIDATE_SLACK for k, lo in enumerate(lower)], axis=0)
         )
         # each chosen segment cut into REFINE pieces (of at least one token)
-        level = [
-            np.append(np.arange(a, b, -(-(b - a) // REFINE)), b)
-            for a, b in zip(starts[chosen], ends[chosen], strict=True)
-        ]
-        may_refine = np.ones(sum(c.size - 1 for c in level), dtype=bool)
+        starts, ends, groups = _refined(starts[chosen], ends[chosen])
+        may_refine = np.ones(starts.size, dtype=bool)
         states = stored[:, chosen, :]
     at = np.searchsorted(distinct, wanted)
     return gap[at], index[at]

@@ -19,6 +19,8 @@ from collections import OrderedDict
 import numba
 import numpy as np
 
+from otbound._sorting import stable_argsort
+
 __all__ = ["RATIO_CACHE_BYTES", "compact", "ratio_order", "step_digest", "step_key"]
 
 #: Most bytes of sort orders :func:`ratio_order` keeps (the newest first): 2,048 steps of
@@ -95,7 +97,7 @@ def ratio_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
             return order
         _ratio_bytes[0] -= _ratio_orders.pop(key).nbytes
     live = np.flatnonzero(q > 0)
-    order = live[np.argsort(p[live] / q[live], kind="stable")]
+    order: np.ndarray = live[stable_argsort(p[live] / q[live])]
     small = compact(order, q.size)
     _ratio_orders[key] = small
     _ratio_bytes[0] += small.nbytes

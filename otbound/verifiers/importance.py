@@ -65,6 +65,7 @@ import numpy as np
 from scipy import sparse
 
 from otbound._checks import clip_rounding
+from otbound._sorting import stable_argsort
 from otbound.bounds import LP_SLACK as _LP_SLACK
 from otbound.bounds import solve_lp
 from otbound.verifiers.base import BaseVerifier, residual, sample_tokens
@@ -226,12 +227,12 @@ def _ranking(key: np.ndarray, hint: np.ndarray | None = None) -> np.ndarray:
     hint.
     """
     if hint is None:
-        return np.argsort(key, kind="stable")
+        return stable_argsort(key)
     from otbound.verifiers._importance_kernels import sort_from_hint
 
     order, done = sort_from_hint(key, hint, HINT_MOVES * key.size)
     if not done:
-        return np.argsort(key, kind="stable")
+        return stable_argsort(key)
     result: np.ndarray = order
     return result
 
