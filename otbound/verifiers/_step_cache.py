@@ -97,11 +97,11 @@ def ratio_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
             return order
         _ratio_bytes[0] -= _ratio_orders.pop(key).nbytes
     live = np.flatnonzero(q > 0)
-    order: np.ndarray = live[stable_argsort(p[live] / q[live])]
-    small = compact(order, q.size)
+    fresh: np.ndarray = live[stable_argsort(p[live] / q[live])]
+    small = compact(fresh, q.size)
     _ratio_orders[key] = small
     _ratio_bytes[0] += small.nbytes
     while _ratio_bytes[0] > RATIO_CACHE_BYTES and len(_ratio_orders) > 1:
         _, old = _ratio_orders.popitem(last=False)
         _ratio_bytes[0] -= old.nbytes
-    return order
+    return fresh
