@@ -8,6 +8,8 @@ forms in docs/mathematics.md and the exact sweep.
 
 from __future__ import annotations
 
+import threading
+
 import highspy
 import numpy as np
 import oracles
@@ -276,6 +278,7 @@ def test_highs_runs_silent_without_presolve(monkeypatch):
             return super().setOptionValue(name, value)
 
     monkeypatch.setattr(_highs.highspy, "Highs", Spy)
+    monkeypatch.setattr(_highs, "_solvers", threading.local())  # build this thread's anew
     assert solve_primal([0.5, 0.5], [0.9, 0.1], n=1).acceptance == pytest.approx(0.6)
     assert options.get("presolve") == "off"
     assert options.get("output_flag") is False
@@ -403,6 +406,30 @@ def test_importance_lp_uses_the_wrapper_tolerance(monkeypatch):
     assert stage.induced.sum() == pytest.approx(1.0, abs=1e-15)
 
 
+def test_the_kept_highs_instance_solves_as_a_new_one(monkeypatch):
+    """:func:`solve_lp` reuses one ``Highs`` a thread: an LP solved after others (of other
+    sizes and tolerances) gives the bits a fresh instance gives, and another thread gets its
+    own instance."""
+    rng = np.random.default_rng(3)
+    problems = []
+    for size in (3, 7, 4):
+        a = sp.csr_array(rng.random((size, size + 2)))
+        problems.append((-rng.random(size + 2), a, np.zeros(size), np.ones(size)))
+    first = [solve_lp(*lp, col_upper=1.0) for lp in problems]
+    solve_lp(*problems[1], col_upper=1.0, tolerance=1e-9)
+    again = [solve_lp(*lp, col_upper=1.0) for lp in problems]
+    monkeypatch.setattr(_highs, "_solvers", threading.local())
+    fresh = [solve_lp(*lp, col_upper=1.0) for lp in problems]
+    for x, y, z in zip(first, again, fresh, strict=True):
+        assert np.array_equal(x.x, y.x) and np.array_equal(x.x, z.x)
+        assert x.objective == y.objective == z.objective
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(_highs._solver(1e-10)))
+    worker.start()
+    worker.join()
+    assert seen[0] is not _highs._solver(1e-10)
+
+
 def test_importance_lp_status_is_checked(monkeypatch):
     """A HiGHS run that does not end Optimal raises ``LPError`` in the importance verifier,
     never hands back its ``x``."""
@@ -422,6 +449,7 @@ def test_importance_lp_status_is_checked(monkeypatch):
             return highspy.HighsModelStatus.kTimeLimit
 
     monkeypatch.setattr(_highs, "_new_highs", NotOptimal)
+    monkeypatch.setattr(_highs, "_solvers", threading.local())  # build this thread's anew
     # an empty cross-step cache: the same LP solved earlier in the session must not answer
     monkeypatch.setattr(importance, "_stage_cache", type(importance._stage_cache)())
     p, q = _importance_stage_inputs()

@@ -16,8 +16,10 @@ is ever returned.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -69,6 +71,29 @@ def _new_highs() -> highspy.Highs:
     return highs
 
 
+_solvers = threading.local()
+
+
+def _solver(tolerance: float) -> highspy.Highs:
+    """This thread's ``Highs`` instance with :func:`solve_lp`'s options and no model.
+
+    Building one costs about as much as solving a small LP (the importance-sampling stages
+    solve thousands), so each thread keeps one: ``clearModel`` drops the previous model,
+    its solution and its basis, so a solve starts cold as on a new instance."""
+    highs = getattr(_solvers, "highs", None)
+    if highs is None:
+        highs = _new_highs()
+        highs.setOptionValue("output_flag", False)
+        highs.setOptionValue("presolve", "off")
+        highs.setOptionValue("solver", "simplex")
+        _solvers.highs = highs
+    else:
+        highs.clearModel()
+    highs.setOptionValue("primal_feasibility_tolerance", tolerance)
+    highs.setOptionValue("dual_feasibility_tolerance", tolerance)
+    return highs
+
+
 class LPError(RuntimeError):
     """HiGHS did not report an optimal solution (the message carries its model status)."""
 
@@ -100,6 +125,11 @@ class LPSolution:
 
 def _bounds(values: object, size: int, name: str) -> np.ndarray:
     """A float64 bound vector of length ``size`` (``±inf`` become HiGHS's infinity)."""
+    if isinstance(values, float | int) and not isinstance(values, bool):
+        value = float(values)
+        if math.isnan(value):
+            raise ValueError(f"{name} contains NaN")
+        return np.full(size, min(max(value, -highspy.kHighsInf), highspy.kHighsInf))
     arr = np.broadcast_to(np.asarray(values, dtype=np.float64), (size,))
     if np.any(np.isnan(arr)):
         raise ValueError(f"{name} contains NaN")
@@ -166,12 +196,7 @@ def solve_lp(
     lp.a_matrix_.index_ = csc.indices.astype(np.int32)
     lp.a_matrix_.value_ = csc.data.astype(np.float64)
 
-    highs = _new_highs()
-    highs.setOptionValue("output_flag", False)
-    highs.setOptionValue("presolve", "off")
-    highs.setOptionValue("solver", "simplex")
-    highs.setOptionValue("primal_feasibility_tolerance", tolerance)
-    highs.setOptionValue("dual_feasibility_tolerance", tolerance)
+    highs = _solver(tolerance)
     pass_status = highs.passModel(lp)
     if pass_status == highspy.HighsStatus.kError:
         raise LPError("HiGHS rejected the model (passModel returned an error)")
