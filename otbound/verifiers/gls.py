@@ -40,9 +40,11 @@ Hence
 
 which at ``n = 1`` is ``Σ_j p_j / (1 + G(ρ_j))``, the closed form above. On each linear piece
 of ``G`` the ``u``-integral is elementary, so one suffix sum over the tokens sorted by ``ρ``
-gives every ``b_j(t)`` at a node ``t`` in ``O(V)`` (the two ``expm1`` a token and node are
-taken by numpy's vectorised ``expm1`` a block of tokens at a time, and the compiled loop runs
-over the nodes innermost: :func:`_gls_quadrature_blocked`). The ``t``-integral is the trapezoid rule
+gives every ``b_j(t)`` at a node ``t`` in ``O(V)``: one compiled pass over the tokens from the
+top, the nodes innermost and vectorised, with the two ``expm1`` a token and node computed in
+that loop by a branch-free polynomial (:func:`_gls_quadrature_fused`; the previous path,
+:func:`_gls_quadrature_blocked`, read them from numpy's ``expm1`` tables a block of tokens at a
+time, and stays as the reference). The ``t``-integral is the trapezoid rule
 in ``x = ln t`` (:func:`gls_acceptance`, which integrates ``1 − α`` so that the integrand
 vanishes at both ends): the integrand is analytic in the strip ``|Im x| < π/2``, so the rule
 converges like ``e^{−2π d / h}``; at the step ``h = 0.3`` used, a third of that step changes
@@ -77,6 +79,7 @@ from collections.abc import Sequence
 import numba
 import numpy as np
 
+from otbound._sorting import stable_argsort
 from otbound.verifiers._step_cache import ratio_order, step_digest
 from otbound.verifiers.base import BaseVerifier
 
@@ -99,7 +102,7 @@ def _max_sums(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     both = np.flatnonzero((p > 0) & (q > 0))
     with np.errstate(divide="ignore"):
         ratio = np.where(q > 0, p / np.where(q > 0, q, 1.0), np.inf)  # q = 0: p/q = ∞
-    order = np.argsort(ratio, kind="stable")
+    order = stable_argsort(ratio)
     r_sorted = ratio[order]
     cum_q = np.concatenate(([0.0], np.cumsum(q[order])))  # tokens with p/q < ρ give ρ q_i
     tail_p = np.concatenate((np.cumsum(p[order][::-1])[::-1], [0.0]))  # p/q ≥ ρ give p_i
@@ -374,6 +377,204 @@ def _gls_weigh(ns, first, last, k_lo, step, ts, acc):  # type: ignore[no-untyped
     return totals
 
 
+#: Below this argument :func:`_expm1_neg` is its seven-term Taylor polynomial
+#: (:func:`_expm1_neg_small`); nodes ``t`` with ``t · G(ρ_i)`` or ``t · gap_i`` below it form a
+#: prefix of the nodes (``t`` increases), taken by the short loop.
+EXPM1_SMALL = 1.0 / 64.0
+
+_LN2_HI = 6.93147180369123816490e-01  # ln 2 to 32 bits: k · _LN2_HI is exact for k < 2^21
+_LN2_LO = 1.90821492927058770002e-10  # ln 2 − _LN2_HI
+_INV_LN2 = 1.0 / math.log(2.0)
+# (−1)^j / j!, j = 1..16: the Taylor coefficients of expm1(−r)
+_C1, _C2, _C3, _C4, _C5, _C6, _C7, _C8, _C9, _C10, _C11, _C12, _C13, _C14, _C15, _C16 = (
+    (-1.0) ** j / math.factorial(j) for j in range(1, 17)
+)
+
+
+@numba.njit(inline="always")
+def _expm1_neg_small(x):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """``expm1(−x)`` for ``0 ≤ x < EXPM1_SMALL``: Taylor to ``x^7`` (the rest is below
+    ``x^7 / 8! < 6·10^{−18}`` relative), by Estrin's scheme (short dependency chains): the
+    terms fall by ``x / 2 < 2^{−7}`` each, so it is within ~1 ulp."""
+    x2 = x * x
+    return x * ((_C1 + x * _C2) + x2 * (_C3 + x * _C4) + (x2 * x2) * ((_C5 + x * _C6) + x2 * _C7))
+
+
+@numba.njit(inline="always")
+def _expm1_neg(x):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """``expm1(−x)`` for ``x ≥ 0``, to a few ulp relative, without a branch, a call or a table
+    (so the node loops vectorise; libm's ``expm1`` does not).
+
+    ``x = k ln 2 + r`` (``x`` capped at 40, where ``expm1(−x)`` rounds to −1), ``0 ≤ r < ln 2``
+    (``k · _LN2_HI`` exact, so ``r`` is within ~1 ulp): ``expm1(−x) = (2^{−k} − 1) +
+    2^{−k} expm1(−r)``. ``2^{−k}`` (``k ≤ 57``) is a product of exact powers of two picked by
+    the bits of ``k``, ``2^{−k} − 1`` is exact for ``k ≤ 53``, and the two terms have the same
+    sign (no cancellation); ``expm1(−r)`` is Taylor to ``r^16`` (the rest below
+    ``ln(2)^16 / 17! < 10^{−17}`` relative).
+    """
+    y = x if x < 40.0 else 40.0
+    k = int(y * _INV_LN2)
+    kf = float(k)
+    r = (y - kf * _LN2_HI) - kf * _LN2_LO
+    r2 = r * r
+    r4 = r2 * r2
+    r8 = r4 * r4
+    # Estrin's scheme (short dependency chains: the node loop is latency-bound with Horner)
+    p01 = _C1 + r * _C2
+    p23 = _C3 + r * _C4
+    p45 = _C5 + r * _C6
+    p67 = _C7 + r * _C8
+    p89 = _C9 + r * _C10
+    pab = _C11 + r * _C12
+    pcd = _C13 + r * _C14
+    pef = _C15 + r * _C16
+    lo = (p01 + r2 * p23) + r4 * (p45 + r2 * p67)
+    hi = (p89 + r2 * pab) + r4 * (pcd + r2 * pef)
+    em = r * (lo + r8 * hi)
+    s = 0.5 if k & 1 else 1.0
+    s *= 0.25 if k & 2 else 1.0
+    s *= 0.0625 if k & 4 else 1.0
+    s *= 0.00390625 if k & 8 else 1.0
+    s *= 1.52587890625e-05 if k & 16 else 1.0
+    s *= 2.3283064365386963e-10 if k & 32 else 1.0
+    return (s - 1.0) + s * em
+
+
+@numba.njit(inline="always")
+def _fill_expm1(out, ts, scale, small, width):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """``out[node] = expm1(−ts[node] · scale)`` for ``node < width`` (a multiple of 8, as
+    ``out`` and ``ts`` are long): the short polynomial below ``small`` rounded down to a
+    multiple of 8 (``ts · scale < EXPM1_SMALL`` there), :func:`_expm1_neg` from there on.
+
+    Every loop starts at 0 on a view and runs a multiple of 8 times: numba's loops that start
+    elsewhere, and the scalar remainder of a vectorised loop, cost several times more.
+    """
+    split = min(small - small % 8, width)
+    head = out[:split]
+    ts_head = ts[:split]
+    for node in range(split):
+        head[node] = _expm1_neg_small(ts_head[node] * scale)
+    rest = out[split:width]
+    ts_rest = ts[split:width]
+    for node in range(width - split):
+        rest[node] = _expm1_neg(ts_rest[node] * scale)
+
+
+@numba.njit(inline="always")
+def _small_below(ts, scale, start):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """The number of nodes with ``ts · scale < EXPM1_SMALL`` (``ts`` increasing), searched
+    from ``start`` up (``start`` must have ``ts[start − 1] · scale < EXPM1_SMALL``)."""
+    lo = start
+    hi = ts.shape[0]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ts[mid] * scale < EXPM1_SMALL:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(cache=True)
+def _gls_fused(ts, cuts, ps, qs, g, gap, inv_slope, acc):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """:func:`_gls_block` over all the tokens at once, computing its two ``expm1`` itself
+    (:func:`_expm1_neg`, vectorised over the nodes) instead of reading numpy's tables.
+
+    ``ts`` holds the nodes' ``t`` padded (with its last value) to a multiple of 8, ``cuts``
+    one entry a node; ``acc`` (powers, nodes) starts at ``tail_p[cut]`` and gets
+    ``Σ_i p_i (1 − a_i)(1 − b_i)^w`` in row ``w``, each node's terms added in the same order and
+    the powers taken by the same repeated multiplications as :func:`_gls_block`.
+    """
+    m = ps.shape[0]
+    nodes = cuts.shape[0]
+    pad = ts.shape[0]
+    powers = acc.shape[0]
+    eg = np.empty(pad)
+    ea = np.zeros(pad)
+    tail = np.zeros(nodes)
+    stay = np.empty(nodes)
+    term = np.empty(nodes)
+    top = cuts[0] if nodes else 0
+    live = 0  # nodes [0, live) have cut > i (the cuts do not increase with t)
+    small_g = 0  # nodes [0, small_g) have t G(ρ_i) < EXPM1_SMALL (grows as i falls)
+    for i in range(top - 1, -1, -1):
+        while live < nodes and cuts[live] > i:
+            live += 1
+        width = min(live + (-live) % 8, pad)
+        g_i = g[i]
+        small_g = _small_below(ts[:nodes], g_i, small_g)
+        _fill_expm1(eg, ts, g_i, small_g, width)
+        if i < m - 1:
+            gap_i = gap[i]
+            _fill_expm1(ea, ts, gap_i, _small_below(ts[:nodes], gap_i, 0), width)
+        p_i = ps[i]
+        q_i = qs[i]
+        s_i = inv_slope[i]
+        if i == m - 1:
+            for node in range(live):
+                decay = 1.0 + eg[node]
+                tail[node] += decay * s_i
+        else:
+            for node in range(live):
+                decay = 1.0 + eg[node]
+                tail[node] += decay * -ea[node] * s_i
+        for node in range(live):
+            b = min(q_i * tail[node], 1.0)
+            stay[node] = 1.0 - b
+            term[node] = p_i * -eg[node]
+        acc0 = acc[0]
+        for node in range(live):
+            acc0[node] += term[node]
+        for w in range(1, powers):
+            row = acc[w]
+            for node in range(live):
+                term[node] *= stay[node]
+                row[node] += term[node]
+
+
+def _gls_quadrature_fused(
+    ns: np.ndarray,
+    first: np.ndarray,
+    last: np.ndarray,
+    step: float,
+    ps: np.ndarray,
+    qs: np.ndarray,
+    rho: np.ndarray,
+    g: np.ndarray,
+    slope: np.ndarray,
+) -> np.ndarray:
+    """:func:`_gls_quadrature_blocked` in one compiled pass (:func:`_gls_fused`), which
+    :func:`gls_acceptances` uses: the same nodes, cuts and sums in the same order, with its
+    own ``expm1`` (:func:`_expm1_neg`, :func:`_expm1_neg_small`) instead of numpy's tables.
+
+    Error against the reference. Only the ``expm1`` values differ: within 2 ulp of the exact
+    ``expm1`` on ``[0, ∞]`` (4 ulp of numpy's, tested), against numpy's ≤ 1 ulp, so each
+    ``E = expm1(−x)`` moves by a relative ``δ ≤ 4·2^{−53} ≈ 4.4·10^{−16}``. Then
+    ``1 − a_i = −E_g`` moves by ``≤ δ (1 − a_i)``, and ``a_i = 1 + E_g`` is rounded to the
+    same ``2^{−53}``-spaced grid as the reference's (it moves by one grid step at most, where
+    the two ``E_g`` straddle a rounding boundary); every piece of the suffix sum moves by
+    ``≤ δ`` relative (a product of ``−E_gap`` and ``a_i``), so ``b_i`` (a sum of positive
+    pieces, clipped at 1) by ``≤ δ b_i ≤ δ`` and ``(1 − b_i)^{n−1}`` by ``≤ (n − 1) δ``. As
+    ``Σ_i p_i (1 − a_i) ≤ 1`` at each node and the node weights ``h n t e^{−nt}`` sum to about
+    ``∫ n e^{−nt} dt = 1``, each ``n``'s total moves by about ``n δ ≤ 4·10^{−15}`` at
+    ``n = 8`` (plus the grid steps of ``a_i``, each ``2^{−53}`` times a weight below 1): far
+    below the 1e-13 the tests allow (``tests/test_gls_speed.py``); the largest difference
+    seen there and in ``benchmarks/bench_gls.py`` is 2.2e-16.
+    """
+    k_lo, k_hi = int(first.min()), int(last.max())
+    ts = _node_times(k_lo, k_hi, step)
+    cuts = _node_cuts(g, ts)
+    tail_p = np.concatenate((np.cumsum(ps[::-1])[::-1], [0.0]))
+    powers = int(ns[-1])
+    acc = np.empty((powers, ts.shape[0]))
+    acc[:] = tail_p[cuts]
+    gap = slope[:-1] * np.diff(rho)
+    padded = np.concatenate((ts, np.full(-ts.shape[0] % 8, ts[-1])))
+    _gls_fused(padded, cuts, ps, qs, g, gap, 1.0 / slope, acc)
+    totals: np.ndarray = _gls_weigh(ns, first, last, k_lo, step, ts, acc)
+    return totals
+
+
 def _gls_prepare(
     p: np.ndarray, q: np.ndarray
 ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
@@ -433,7 +634,7 @@ def gls_acceptances(
         return {k: 1.0 - never for k in wanted}
     first = np.array([math.floor(_start(k, spread) / step) for k in wanted], dtype=np.int64)
     last = np.array([math.ceil(math.log(45.0 / k) / step) for k in wanted], dtype=np.int64)
-    totals = _gls_quadrature_blocked(
+    totals = _gls_quadrature_fused(
         np.array(wanted, dtype=np.int64), first, last, float(step), ps, qs, rho, g, slope
     )
     return {k: 1.0 - never - float(totals[r]) for r, k in enumerate(wanted)}
@@ -635,7 +836,7 @@ class GumbelListCoupling(BaseVerifier):
         live = np.flatnonzero(p > 0)
         with np.errstate(divide="ignore"):
             key = q[live] / p[live]
-        sort = np.argsort(key, kind="stable")
+        sort = stable_argsort(key)
         order = live[sort]
         ratio = key[sort]
         cum_p = np.concatenate(([0.0], np.cumsum(p[order])))

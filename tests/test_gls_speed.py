@@ -1,0 +1,109 @@
+"""The fused GLS quadrature (:func:`otbound.verifiers.gls._gls_quadrature_fused`, its own
+vectorised ``expm1``) against the previous path (:func:`_gls_quadrature_blocked`, numpy's
+``expm1`` tables), kept in the module as the reference: equal to 1e-13 on seeded sweeps."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import numpy as np
+import pytest
+from kernel_cases import kernel_cases
+
+from otbound.verifiers import gls as gls_module
+
+#: The numbers of drafts asked for, alone and together.
+N_SETS = [[n] for n in range(1, 9)] + [[2, 4, 8], list(range(1, 9)), [3, 5], [2, 3, 4, 5, 6, 7]]
+
+
+def _largest_difference(
+    cases: Iterable[tuple[str, np.ndarray, np.ndarray]], monkeypatch: pytest.MonkeyPatch
+) -> tuple[float, int]:
+    """``max |new − old|`` of :func:`gls_acceptances` over ``cases`` and :data:`N_SETS`,
+    ``old`` with the blocked quadrature in place of the fused one; and the values compared."""
+    fused = gls_module._gls_quadrature_fused
+    worst = 0.0
+    compared = 0
+    for kind, p, q in cases:
+        for ns in N_SETS:
+            monkeypatch.setattr(gls_module, "_gls_quadrature_fused", fused)
+            new = gls_module.gls_acceptances(p, q, ns)
+            monkeypatch.setattr(
+                gls_module, "_gls_quadrature_fused", gls_module._gls_quadrature_blocked
+            )
+            old = gls_module.gls_acceptances(p, q, ns)
+            assert new.keys() == old.keys(), kind
+            for k in ns:
+                assert math.isfinite(new[k]), (kind, k)
+                worst = max(worst, abs(new[k] - old[k]))
+                compared += 1
+    monkeypatch.setattr(gls_module, "_gls_quadrature_fused", fused)
+    return worst, compared
+
+
+@pytest.mark.parametrize("seed", [21, 22, 23])
+def test_fused_quadrature_equals_the_blocked_one(monkeypatch, seed):
+    """Zipf, peaked, ties, extreme masses (1e-30..1) and zeros, V from 2 to 50,000."""
+    cases = kernel_cases(40, seed, big=(2, 3, 50_000, 32_000, 8_192, 1_000))
+    worst, compared = _largest_difference(cases, monkeypatch)
+    assert worst <= 1e-13
+    assert compared >= 40 * 20
+
+
+def test_the_comparison_catches_a_perturbed_value(monkeypatch):
+    """The sweep's check fails when the new path is off by 2e-13 on one ``n``."""
+    fused = gls_module._gls_quadrature_fused
+
+    def perturbed(ns: np.ndarray, *args: object) -> np.ndarray:
+        totals: np.ndarray = fused(ns, *args).copy()
+        totals[-1] += 2e-13
+        return totals
+
+    monkeypatch.setattr(gls_module, "_gls_quadrature_fused", perturbed)
+    cases = kernel_cases(5, 24, big=(300,))
+    worst, _ = _largest_difference(cases, monkeypatch)
+    assert worst > 1e-13
+
+
+def test_fused_quadrature_equals_the_one_loop_kernel():
+    """The kernels' raw sums, the fused one against :func:`_gls_quadrature_many`."""
+    checked = 0
+    for kind, p, q in kernel_cases(25, seed=25, big=(8_192, 2, 5)):
+        _, ps, qs, rho, g, slope, spread = gls_module._gls_prepare(p, q)
+        if spread <= 0.0:
+            continue
+        for ns in ([1], [2, 4, 8], list(range(1, 9))):
+            step = gls_module.QUADRATURE_STEP
+            first = np.array(
+                [math.floor(gls_module._start(k, spread) / step) for k in ns], dtype=np.int64
+            )
+            last = np.array([math.ceil(math.log(45.0 / k) / step) for k in ns], dtype=np.int64)
+            args = (np.array(ns, dtype=np.int64), first, last, step, ps, qs, rho, g, slope)
+            want = gls_module._gls_quadrature_many(*args)
+            got = gls_module._gls_quadrature_fused(*args)
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-13, err_msg=kind)
+            checked += 1
+    assert checked >= 60
+
+
+def test_expm1_neg_is_within_a_few_ulp_of_expm1():
+    """:func:`_expm1_neg` on ``[0, ∞]`` and :func:`_expm1_neg_small` below
+    ``EXPM1_SMALL``, against numpy's ``expm1``: relative error at most 4 ulp."""
+    rng = np.random.default_rng(26)
+    xs = np.concatenate(
+        (
+            10.0 ** rng.uniform(-300, 3, 3_000),
+            rng.uniform(0, 60, 2_000),
+            np.arange(60) * math.log(2.0),  # the reduction's boundaries
+            np.nextafter(np.arange(1, 60) * math.log(2.0), 0),
+            [0.0, 1e-320, 37.0, 40.0, 41.0, 745.0, 1e300, math.inf],
+        )
+    )
+    for x in xs:
+        want = np.expm1(-x)
+        got = gls_module._expm1_neg(x)
+        assert abs(got - want) <= 4 * np.spacing(abs(want)) + 1e-320, x
+        if x < gls_module.EXPM1_SMALL:
+            small = gls_module._expm1_neg_small(x)
+            assert abs(small - want) <= 4 * np.spacing(abs(want)) + 1e-320, x
