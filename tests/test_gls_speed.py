@@ -4,6 +4,7 @@ vectorised ``expm1``) against the previous path (:func:`_gls_quadrature_blocked`
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable
 
@@ -107,3 +108,29 @@ def test_expm1_neg_is_within_a_few_ulp_of_expm1():
         if x < gls_module.EXPM1_SMALL:
             small = gls_module._expm1_neg_small(x)
             assert abs(small - want) <= 4 * np.spacing(abs(want)) + 1e-320, x
+
+
+def test_the_nodes_split_over_threads_give_one_pass_bit_for_bit(monkeypatch):
+    """:func:`_gls_fused_parallel` (runs of nodes starting at multiples of 8, one a thread)
+    equals one serial pass exactly, with two runs and with many (forced by a low threshold)."""
+    checked = 0
+    for kind, p, q in kernel_cases(12, seed=21, big=(32_000, 8_192, 50_000, 3_000)):
+        monkeypatch.setattr(gls_module, "PARALLEL_WORK", 10**18)
+        serial = gls_module.gls_acceptances(p, q, [1, 2, 3, 4, 8])
+        monkeypatch.setattr(gls_module, "PARALLEL_WORK", 0)
+        for threads in (2, 5):
+            monkeypatch.setattr(gls_module.numba, "get_num_threads", lambda t=threads: t)
+            split = gls_module.gls_acceptances(p, q, [1, 2, 3, 4, 8])
+            assert split == serial, (kind, threads)
+            checked += 1
+    assert checked == 24
+
+
+def test_node_splits_are_multiples_of_eight_and_balance_the_work():
+    cuts = np.repeat([32_000, 20_000, 5_000, 100], [30, 20, 20, 9])
+    splits = gls_module._node_splits(cuts, 2)
+    assert splits[0] == 0 and splits[-1] == cuts.size and np.all(splits[1:-1] % 8 == 0)
+    work = [cuts[a:b].sum() for a, b in itertools.pairwise(splits)]
+    assert len(work) == 2 and max(work) < 0.6 * sum(work)
+    assert gls_module._node_splits(cuts, 1).tolist() == [0, cuts.size]
+    assert gls_module._node_splits(cuts[:10], 2).tolist() == [0, 10]  # too few nodes

@@ -532,6 +532,41 @@ def _gls_fused(ts, cuts, ps, qs, g, gap, inv_slope, acc):  # type: ignore[no-unt
                 row[node] += term[node]
 
 
+#: Least token-node work (``Σ_node cut``) that :func:`_gls_quadrature_fused` splits over
+#: threads; below it one thread's pass is faster than starting the others.
+PARALLEL_WORK = 200_000
+
+
+def _node_splits(cuts: np.ndarray, threads: int) -> np.ndarray:
+    """Boundaries of up to ``threads`` runs of nodes with about equal work (a node costs its
+    ``cut``, the tokens it still has), each starting at a multiple of 8 (so that
+    :func:`_fill_expm1`'s blocks of 8 fall where they fall in one pass); ``[0, nodes]`` for
+    one run."""
+    nodes = cuts.shape[0]
+    work = np.cumsum(cuts)
+    if threads < 2 or nodes < 16 or work[-1] < PARALLEL_WORK:
+        return np.array([0, nodes])
+    goals = work[-1] * np.arange(1, threads) / threads
+    inner = (np.searchsorted(work, goals) + 4) // 8 * 8  # the nearest multiple of 8
+    return np.unique(np.concatenate(([0], inner[(inner > 0) & (inner < nodes)], [nodes])))
+
+
+@numba.njit(cache=True, parallel=True)
+def _gls_fused_parallel(ts, cuts, ps, qs, g, gap, inv_slope, acc, splits):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """:func:`_gls_fused` with the nodes cut at ``splits`` (multiples of 8), one run a thread.
+
+    A node's sums involve no other node, and a run that starts at a multiple of 8 takes the
+    same ``expm1`` branch at each node as one pass, so the result is one pass's, bit for bit.
+    """
+    for run in numba.prange(splits.shape[0] - 1):
+        lo = splits[run]
+        hi = splits[run + 1]
+        width = hi - lo + (-(hi - lo)) % 8
+        part = np.ascontiguousarray(acc[:, lo:hi])
+        _gls_fused(ts[lo : lo + width], cuts[lo:hi], ps, qs, g, gap, inv_slope, part)
+        acc[:, lo:hi] = part
+
+
 def _gls_quadrature_fused(
     ns: np.ndarray,
     first: np.ndarray,
@@ -570,7 +605,11 @@ def _gls_quadrature_fused(
     acc[:] = tail_p[cuts]
     gap = slope[:-1] * np.diff(rho)
     padded = np.concatenate((ts, np.full(-ts.shape[0] % 8, ts[-1])))
-    _gls_fused(padded, cuts, ps, qs, g, gap, 1.0 / slope, acc)
+    splits = _node_splits(cuts, numba.get_num_threads())
+    if splits.size > 2:
+        _gls_fused_parallel(padded, cuts, ps, qs, g, gap, 1.0 / slope, acc, splits)
+    else:
+        _gls_fused(padded, cuts, ps, qs, g, gap, 1.0 / slope, acc)
     totals: np.ndarray = _gls_weigh(ns, first, last, k_lo, step, ts, acc)
     return totals
 
