@@ -46,11 +46,20 @@ def softmax(logits: object, temperature: float = 1.0) -> np.ndarray:
         raise ValueError("logits have a row where every token is masked (-inf)")
     if not np.isfinite(temperature) or temperature < 0:
         raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    return softmax_in_place(x, temperature)
+
+
+def softmax_in_place(x: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+    """:func:`softmax` of a float64 array the caller owns and has checked (no NaN or
+    ``+inf``, no row all ``-inf``, ``temperature ≥ 0``), overwriting it (except at
+    ``temperature = 0``, which returns a new one-hot array): no copy of a batch that may be
+    hundreds of MB. The same values as :func:`softmax`, bit for bit."""
     if temperature == 0:
         out = np.zeros_like(x)
         np.put_along_axis(out, np.argmax(x, axis=-1)[..., None], 1.0, axis=-1)
         return out
-    x = x / temperature
+    if temperature != 1:  # x / 1 is x
+        x /= temperature
     x -= x.max(axis=-1, keepdims=True)
     np.exp(x, out=x)
     x /= x.sum(axis=-1, keepdims=True)

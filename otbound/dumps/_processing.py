@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from otbound.dumps._format import DumpError
-from otbound.logits import softmax
+from otbound.logits import softmax_in_place
 
 #: Probability rows must sum to one within this before they are renormalised.
 PROBS_SUM_TOLERANCE = 1e-3
@@ -270,12 +270,13 @@ def _checked_probabilities(
     if values == "probs":
         with np.errstate(divide="ignore"):
             np.log(x, out=x)
+    # x is this function's own float64 copy, its rows checked: no second copy or check
     if temperature == 0:
-        return softmax(x, 0.0)
+        return softmax_in_place(x, 0.0)
     x /= temperature
     if top_k is not None and top_k < x.shape[1]:
         x[~_top_k_mask(x, int(top_k))] = -np.inf
-    probs = softmax(x, 1.0)
+    probs = softmax_in_place(x)
     if top_p is not None and top_p < 1.0:
         probs[~_top_p_mask(probs, float(top_p))] = 0.0
         probs /= probs.sum(axis=1, keepdims=True)
