@@ -53,3 +53,19 @@ def test_output_is_accepted_by_optimal_acceptance() -> None:
     q = ob.softmax(rng.normal(size=100))
     tv = 0.5 * np.abs(p - q).sum()
     assert ob.optimal_acceptance(p, q, n=1) == pytest.approx(1 - tv, abs=1e-12)
+
+
+def test_softmax_in_place_is_softmax_bit_for_bit():
+    """The in-place path (checked rows the caller owns) gives :func:`softmax`'s bits, at
+    ``T = 1``, another ``T`` and ``T = 0``, with masked tokens; it overwrites its input
+    except at ``T = 0``."""
+    from otbound.logits import softmax_in_place
+
+    rng = np.random.default_rng(4)
+    x = rng.normal(0, 4, (6, 3_000))
+    x[0, :100] = -np.inf
+    for temperature in (1.0, 0.7, 2.5, 0.0):
+        mine = x.copy()
+        got = softmax_in_place(mine, temperature)
+        assert np.array_equal(got, ob.softmax(x, temperature)), temperature
+        assert (got is mine) == (temperature != 0)
