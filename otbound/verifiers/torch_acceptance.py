@@ -607,8 +607,10 @@ def torch_acceptance_on(device: torch.device | str) -> BatchAcceptance:
     where = torch.device(device)
 
     def compute(verifier: str, p: object, q: object, n: int) -> np.ndarray:
-        p_t = torch.as_tensor(np.asarray(p, dtype=np.float64)).to(where)
-        q_t = torch.as_tensor(np.asarray(q, dtype=np.float64)).to(where)
+        # one copy onto the device (the validated rows are read-only: torch would warn on a
+        # tensor sharing their memory)
+        p_t = torch.tensor(np.asarray(p, dtype=np.float64), device=where)
+        q_t = torch.tensor(np.asarray(q, dtype=np.float64), device=where)
         values: np.ndarray = _rows(verifier, p_t, q_t, n, _CHUNK_ELEMENTS).cpu().numpy()
         return values
 
