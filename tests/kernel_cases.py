@@ -1,5 +1,6 @@
-"""Seeded hard (p, q) pairs for the tests that hold a compiled or cached path equal to its
-previous path: Zipf, peaked, ties, extreme masses and zeros."""
+"""For the tests that hold a compiled or cached path equal to its previous path: seeded hard
+(p, q) pairs (Zipf, peaked, ties, extreme masses and zeros) and numpy references shared by
+several test files."""
 
 from __future__ import annotations
 
@@ -35,3 +36,16 @@ def kernel_cases(
             p[0] = q[0] = 1.0
         out.append((kind, p / p.sum(), q / q.sum()))
     return out
+
+
+def coincidence_terms(
+    chosen: np.ndarray, accept: np.ndarray, rest: np.ndarray, drafts: np.ndarray
+) -> np.ndarray:
+    """The numpy reference of importance sampling's coincidence term, per draft tuple: the
+    selected draft is rejected (``Σ_k chosen_k (1 − accept[x_k])``) and the residual ``rest``
+    lands on one of the tuple's distinct drafts."""
+    fail = np.sum(chosen * (1.0 - accept[drafts]), axis=1)
+    ordered = np.sort(drafts, axis=1)
+    first = np.ones_like(ordered, dtype=bool)
+    first[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    return fail * np.sum(rest[ordered] * first, axis=1)

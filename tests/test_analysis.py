@@ -26,6 +26,7 @@ from otbound.analysis import (
     run_analysis,
     summarise,
 )
+from otbound.verifiers.base import MIN_RB_TRIALS
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +96,8 @@ def test_chunking_does_not_change_rows(dump_dir) -> None:
     # the Monte Carlo rows (importance at n = 4: V^4 tuples, Rao-Blackwellised) are really
     # Monte Carlo rows, with their standard errors
     mc = a[(a.verifier == "importance") & (a.n == 4)]
-    assert len(mc) and (~mc.exact).all() and (mc.trials == 300).all() and (mc.stderr > 0).all()
+    assert len(mc) and (~mc.exact).all() and (mc.stderr > 0).all()
+    assert mc.trials.between(MIN_RB_TRIALS, 300).all()  # sized by the pilot, capped at 300
 
 
 def test_no_monte_carlo_rows_without_trials(dump_dir) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kernel_cases import kernel_cases
+from kernel_cases import coincidence_terms, kernel_cases
 from scipy import sparse
 
 from otbound.drafts.helpers import inverse_cdf
@@ -283,12 +283,7 @@ def _conditional_reference(v, p, q, n, trials, rng):
     slots = v._slots(q, n)
     drafts = np.stack([inverse_cdf(d, rng.random(trials)) for d in slots], axis=1)
     chosen = v.selection_probabilities(drafts, stages)
-    fail = np.sum(chosen * (1.0 - accept[drafts]), axis=1)
-    ordered = np.sort(drafts, axis=1)
-    first = np.ones_like(ordered, dtype=bool)
-    first[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
-    on_drafts = np.sum(rest[ordered] * first, axis=1)
-    return selected + fail * on_drafts
+    return selected + coincidence_terms(chosen, accept, rest, drafts)
 
 
 @pytest.mark.parametrize("design", ["iid", "per_slot"])

@@ -7,6 +7,13 @@ another order (rounding only). :func:`stage_key`, :func:`stage_sorted` and :func
 are the ``O(V)`` passes of ``_solve_stage``, with its arithmetic in its order (bit for bit);
 :func:`sort_from_hint` its ranking from a near order; :func:`guide_table` and :func:`sample_cdf`
 the inversion of the draft CDF.
+
+The fused passes (:func:`stage_order`, :func:`stage_top`, :func:`stage_finish`,
+:func:`stage_prepare`, :func:`accept_rest`, :func:`coincidence_two`, :func:`cdf_table`,
+:func:`lp_data`, :func:`lp_keep`) do a whole step of the
+verifier's numpy code in one call each, with numpy's arithmetic in numpy's order: its
+sequential ``cumsum`` and the pairwise summation of ``np.sum`` (:func:`pairwise_sum`), so their
+values are the numpy code's bit for bit (``tests/test_importance_speed.py`` checks it).
 """
 
 from __future__ import annotations
@@ -15,13 +22,23 @@ import numba
 import numpy as np
 
 __all__ = [
+    "accept_rest",
+    "cdf_table",
+    "coincidence_two",
     "coincidence_values",
     "guide_table",
+    "lp_data",
+    "lp_keep",
+    "pairwise_sum",
     "sample_cdf",
     "sort_from_hint",
+    "stage_finish",
     "stage_key",
+    "stage_order",
+    "stage_prepare",
     "stage_scatter",
     "stage_sorted",
+    "stage_top",
 ]
 
 
@@ -124,6 +141,19 @@ def stage_sorted(order, p, a, b):  # type: ignore[no-untyped-def]  # pragma: no 
     return rank, a_sorted, b_sorted, p_sorted, induced
 
 
+@numba.njit(cache=True, inline="always")
+def _unit_clipped(v, tol):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """``v`` clipped into ``[0, 1]`` and ``True``; ``(v, False)`` where ``v`` is NaN or out of
+    ``[0, 1]`` by more than ``tol`` (more than rounding: the caller raises)."""
+    if np.isnan(v) or -v > tol or v - 1.0 > tol:
+        return v, False
+    if v < 0.0:
+        v = 0.0
+    elif v > 1.0:
+        v = 1.0
+    return v, True
+
+
 @numba.njit(cache=True)
 def stage_scatter(order, induced_sorted, tol):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """``p_I`` by token, clipped into ``[0, 1]``; ``False`` (and nothing clipped) where a value
@@ -131,13 +161,9 @@ def stage_scatter(order, induced_sorted, tol):  # type: ignore[no-untyped-def]  
     vocab = order.shape[0]
     induced = np.empty(vocab)
     for i in range(vocab):
-        v = induced_sorted[i]
-        if np.isnan(v) or -v > tol or v - 1.0 > tol:
+        v, ok = _unit_clipped(induced_sorted[i], tol)
+        if not ok:
             return induced, False
-        if v < 0.0:
-            v = 0.0
-        elif v > 1.0:
-            v = 1.0
         induced[order[i]] = v
     return induced, True
 
@@ -219,3 +245,274 @@ def sort_from_hint(key, hint, budget):  # type: ignore[no-untyped-def]  # pragma
         if moves > budget:
             return order, False
     return order, True
+
+
+@numba.njit(cache=True)
+def _block_sum(a, lo, n):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """numpy's pairwise summation of ``a[lo : lo + n]`` for ``n ≤ 128`` (one block)."""
+    if n < 8:
+        res = 0.0
+        for i in range(lo, lo + n):
+            res += a[i]
+        return res
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i = 8
+    stop = n - n % 8
+    while i < stop:
+        r0 += a[lo + i]
+        r1 += a[lo + i + 1]
+        r2 += a[lo + i + 2]
+        r3 += a[lo + i + 3]
+        r4 += a[lo + i + 4]
+        r5 += a[lo + i + 5]
+        r6 += a[lo + i + 6]
+        r7 += a[lo + i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[lo + i]
+        i += 1
+    return res
+
+
+@numba.njit(cache=True)
+def pairwise_sum(a, lo, n):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """``np.sum(a[lo : lo + n])`` of a contiguous float64 array, bit for bit: numpy's pairwise
+    summation (blocks of at most 128 summed by eight accumulators, longer runs split in two
+    halves at a multiple of 8 and the halves' sums added), its recursion unrolled on a stack
+    (numba's cache cannot hold a recursive function called from another)."""
+    if n <= 128:
+        return _block_sum(a, lo, n)
+    depth = 64  # halves shrink n by 2 at least: 64 levels cover any array
+    starts = np.empty(depth, dtype=np.int64)
+    sizes = np.empty(depth, dtype=np.int64)
+    states = np.empty(depth, dtype=np.int64)  # 0: fresh, 1: left half pushed, 2: both pushed
+    values = np.empty(depth + 1)
+    top = 1
+    starts[0], sizes[0], states[0] = lo, n, 0
+    count = 0
+    while top > 0:
+        frame = top - 1
+        m = sizes[frame]
+        if m <= 128:
+            values[count] = _block_sum(a, starts[frame], m)
+            count += 1
+            top -= 1
+            continue
+        half = m // 2
+        half -= half % 8
+        if states[frame] == 0:
+            states[frame] = 1
+            starts[top], sizes[top], states[top] = starts[frame], half, 0
+            top += 1
+        elif states[frame] == 1:
+            states[frame] = 2
+            starts[top], sizes[top], states[top] = starts[frame] + half, m - half, 0
+            top += 1
+        else:
+            values[count - 2] = values[count - 2] + values[count - 1]
+            count -= 1
+            top -= 1
+    return values[0]
+
+
+@numba.njit(cache=True)
+def stage_order(p, a, b, hint, budget):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """:func:`stage_key` and :func:`sort_from_hint` in one call: ``(order, done, key)``."""
+    key = stage_key(p, a, b)
+    order, done = sort_from_hint(key, hint, budget)
+    return order, done, key
+
+
+@numba.njit(cache=True)
+def stage_top(order, p, a, b, s):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """:func:`stage_sorted` and the inputs of a stage's top-``s`` LP in one call.
+
+    Returns ``rank``, the rank rule's ``p_I`` in the ranking's order, and a (4, s) array of
+    rows ``aS``, ``bS``, ``pS`` and ``base = aS bS + aS tail_b + bS tail_a + bS (Σ aS − aS)``
+    (``tail_*`` the sums past ``s``, as ``np.sum`` adds them).
+    """
+    rank, a_sorted, b_sorted, p_sorted, induced = stage_sorted(order, p, a, b)
+    vocab = order.shape[0]
+    tail_a = pairwise_sum(a_sorted, s, vocab - s)
+    tail_b = pairwise_sum(b_sorted, s, vocab - s)
+    total_a = pairwise_sum(a_sorted, 0, s)
+    lp = np.empty((4, s))
+    for i in range(s):
+        ai = a_sorted[i]
+        bi = b_sorted[i]
+        lp[0, i] = ai
+        lp[1, i] = bi
+        lp[2, i] = p_sorted[i]
+        lp[3, i] = ((ai * bi + ai * tail_b) + bi * tail_a) + bi * (total_a - ai)
+    return rank, induced, lp
+
+
+@numba.njit(cache=True)
+def stage_finish(order, induced_sorted, lp, keep, tol):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """The rest of a stage after its LP: ``p_I`` on the top ``s`` (``base + gain − loss``,
+    written into ``induced_sorted``), scattered by token and clipped (:func:`stage_scatter`),
+    and normalised by its ``np.sum``.
+
+    Returns ``(p_I / total, within, total)``; ``within`` is ``False`` (nothing else done)
+    where :func:`stage_scatter` refuses a value.
+    """
+    s = lp.shape[1]
+    weights = np.empty(s)
+    loss = np.zeros(s)
+    for i in range(s):
+        ai = lp[0, i]
+        for j in range(s):
+            cell = (ai * lp[1, j]) * keep[i, j]
+            cell = cell * (0.0 if i == j else 1.0)
+            weights[j] = cell
+            loss[j] = cell if i == 0 else loss[j] + cell
+        gain = pairwise_sum(weights, 0, s)
+        induced_sorted[i] = lp[3, i] + gain
+    for i in range(s):
+        induced_sorted[i] = induced_sorted[i] - loss[i]
+    induced, within = stage_scatter(order, induced_sorted, tol)
+    if not within:
+        return induced, False, 0.0
+    total = pairwise_sum(induced, 0, induced.shape[0])
+    for i in range(induced.shape[0]):
+        induced[i] = induced[i] / total
+    return induced, True, total
+
+
+@numba.njit(cache=True)
+def accept_rest(p, induced):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """``min(1, p / p_I)`` (0 where ``p_I = 0``), ``res(p, p_I)`` (``p`` where ``p ≤ p_I``) and
+    ``Σ min(p, p_I)``, as :func:`otbound.verifiers.base.residual` and ``np.sum`` give them."""
+    vocab = p.shape[0]
+    accept = np.empty(vocab)
+    rest = np.empty(vocab)
+    low = np.empty(vocab)
+    for i in range(vocab):
+        pi = p[i]
+        qi = induced[i]
+        accept[i] = min(1.0, pi / qi) if qi > 0.0 else 0.0
+        low[i] = min(pi, qi)
+        d = pi - qi
+        rest[i] = d if d > 0.0 else 0.0
+    total = pairwise_sum(rest, 0, vocab)
+    if total <= 0.0:
+        for i in range(vocab):
+            rest[i] = p[i]
+    else:
+        for i in range(vocab):
+            rest[i] = rest[i] / total
+    return accept, rest, pairwise_sum(low, 0, vocab)
+
+
+@numba.njit(cache=True)
+def coincidence_two(rank, keep, a, b, accept, rest):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    r"""``P(selected draft rejected, residual ∈ {x_1, x_2})`` for two slots: the rank rule's
+    suffix sums and the LP block's correction, in the numpy order of
+    ``importance._coincidence_two`` (``keep`` is the stage's (s, s) ``keep_top``)."""
+    vocab = rank.shape[0]
+    order = np.empty(vocab, dtype=np.int64)
+    for token in range(vocab):
+        order[rank[token]] = token
+    a_s = np.empty(vocab)
+    b_s = np.empty(vocab)
+    f_s = np.empty(vocab)
+    r_s = np.empty(vocab)
+    for i in range(vocab):
+        token = order[i]
+        a_s[i] = a[token]
+        b_s[i] = b[token]
+        f_s[i] = 1.0 - accept[token]
+        r_s[i] = rest[token]
+    first = np.empty(vocab)
+    second = np.empty(vocab)
+    after_br = 0.0
+    after_ar = 0.0
+    for i in range(vocab - 1, -1, -1):
+        if i == vocab - 2:
+            after_br = b_s[vocab - 1] * r_s[vocab - 1]
+            after_ar = a_s[vocab - 1] * r_s[vocab - 1]
+        elif i < vocab - 2:
+            after_br = after_br + b_s[i + 1] * r_s[i + 1]
+            after_ar = after_ar + a_s[i + 1] * r_s[i + 1]
+        first[i] = (a_s[i] * f_s[i]) * after_br
+        second[i] = (b_s[i] * f_s[i]) * after_ar
+    total = pairwise_sum(first, 0, vocab) + pairwise_sum(second, 0, vocab)
+    s = keep.shape[0]
+    kept = np.empty(s * s)
+    swapped = np.empty(s * s)
+    for i in range(s):
+        for j in range(s):
+            pair = (a_s[i] * b_s[j]) * (0.0 if i == j else 1.0)
+            ranked = 1.0 if j > i else 0.0
+            ranked_t = 1.0 if i > j else 0.0
+            kept[i * s + j] = ((pair * (keep[i, j] - ranked)) * f_s[i]) * r_s[j]
+            swapped[i * s + j] = ((pair * ((1.0 - keep[i, j]) - ranked_t)) * f_s[j]) * r_s[i]
+    total += pairwise_sum(kept, 0, s * s)
+    total += pairwise_sum(swapped, 0, s * s)
+    return total
+
+
+@numba.njit(cache=True)
+def cdf_table(d):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """``np.cumsum(d)``, its :func:`guide_table` and the last token of positive mass (−1 if
+    none)."""
+    vocab = d.shape[0]
+    cdf = np.empty(vocab)
+    acc = 0.0
+    last = -1
+    for i in range(vocab):
+        acc = d[i] if i == 0 else acc + d[i]
+        cdf[i] = acc
+        if d[i] > 0.0:
+            last = i
+    return cdf, guide_table(cdf), last
+
+
+@numba.njit(cache=True)
+def stage_prepare(p, a, b, hint, budget, s):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """:func:`stage_order` then :func:`stage_top` in one call.
+
+    Returns ``(done, order, key, rank, induced_sorted, lp)``; where the sort from ``hint``
+    gave up (``done`` false) only ``key`` is meaningful (the caller sorts it and calls
+    :func:`stage_top`).
+    """
+    key = stage_key(p, a, b)
+    order, done = sort_from_hint(key, hint, budget)
+    if not done:
+        return False, order, key, np.empty(0, dtype=np.int64), np.empty(0), np.empty((4, s))
+    rank, induced, lp = stage_top(order, p, a, b, s)
+    return True, order, key, rank, induced, lp
+
+
+@numba.njit(cache=True)
+def lp_data(a_top, b_top, ii, jj, perm):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """``concatenate((−w, w, ones(s)))[perm]`` with ``w = a_top[ii] · b_top[jj]``: the CSC
+    values of the top-``s`` LP's constraint matrix (``importance._lp_pattern``)."""
+    nw = ii.shape[0]
+    s = a_top.shape[0]
+    vals = np.empty(2 * nw + s)
+    for k in range(nw):
+        w = a_top[ii[k]] * b_top[jj[k]]
+        vals[k] = -w
+        vals[nw + k] = w
+    for k in range(s):
+        vals[2 * nw + k] = 1.0
+    data = np.empty(perm.shape[0])
+    for k in range(perm.shape[0]):
+        data[k] = vals[perm[k]]
+    return data
+
+
+@numba.njit(cache=True)
+def lp_keep(x, ii, jj, s, tol):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """``W`` (s, s): ones, with ``W[ii[k], jj[k]] = clip(x[k], 0, 1)``; ``False`` (the caller
+    raises through ``clip_rounding``) where an ``x[k]`` is NaN or out by more than ``tol``."""
+    keep = np.ones((s, s))
+    for k in range(ii.shape[0]):
+        v, ok = _unit_clipped(x[k], tol)
+        if not ok:
+            return keep, False
+        keep[ii[k], jj[k]] = v
+    return keep, True

@@ -111,30 +111,41 @@ def _lp_pattern(s: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
     return ii, jj, perm, csc.indices, csc.indptr
 
 
-def _solve_top_lp(aS: np.ndarray, bS: np.ndarray, pS: np.ndarray, base: np.ndarray) -> np.ndarray:
-    """The weights ``W`` (s, s) of the top-``s`` LP (diagonal 1), cached across steps."""
+def _solve_top_lp(
+    aS: np.ndarray, bS: np.ndarray, pS: np.ndarray, base: np.ndarray, key: bytes | None = None
+) -> np.ndarray:
+    """The weights ``W`` (s, s) of the top-``s`` LP (diagonal 1), cached across steps.
+
+    ``key``: the cache key ``concatenate((aS, bS, pS, base)).tobytes()`` where the caller has
+    it (the bytes of :func:`~otbound.verifiers._importance_kernels.stage_top`'s LP rows).
+    """
     s = aS.size
-    key = np.concatenate((aS, bS, pS, base)).tobytes()
+    if key is None:
+        key = np.concatenate((aS, bS, pS, base)).tobytes()
     hit = _stage_cache.get(key)
     if hit is not None:
         _stage_stats["hits"] += 1
         _stage_cache.move_to_end(key)
         return hit
     _stage_stats["misses"] += 1
-    keep = np.ones((s, s))
+    from otbound.verifiers._importance_kernels import lp_data, lp_keep
+
     ii, jj, perm, indices, indptr = _lp_pattern(s)  # variable k is W[ii[k], jj[k]]
     nw = ii.size
-    # row y: t_y − Σ_j a_y b_j W[y,j] + Σ_i a_i b_y W[i,y] ≤ base_y
-    weight = aS[ii] * bS[jj]
-    vals = np.concatenate((-weight, weight, np.ones(s)))
-    a_ub = sparse.csc_array((vals[perm], indices.copy(), indptr.copy()), shape=(s, nw + s))
+    # row y: t_y − Σ_j a_y b_j W[y,j] + Σ_i a_i b_y W[i,y] ≤ base_y (CSC values compiled)
+    data = lp_data(aS, bS, ii, jj, perm)
+    a_ub = sparse.csc_array((data, indices.copy(), indptr.copy()), shape=(s, nw + s))
     cost = np.concatenate((np.zeros(nw), np.ones(s)))
     upper = np.concatenate((np.ones(nw), pS))
     # max Σ t through the one HiGHS wrapper (its tight tolerances, status checked)
-    solution = solve_lp(cost, a_ub, -np.inf, base, 0.0, upper, maximize=True)
-    keep[ii, jj] = clip_rounding(
-        solution.x[:nw], 0.0, 1.0, "importance selection weight W (LP)", tol=_LP_SLACK
-    )
+    x = solve_lp(cost, a_ub, -np.inf, base, 0.0, upper, maximize=True).x
+    keep: np.ndarray
+    keep, within = lp_keep(x, ii, jj, s, _LP_SLACK)  # clip_rounding's clip, compiled
+    if not within:
+        keep = np.ones((s, s))
+        keep[ii, jj] = clip_rounding(
+            x[:nw], 0.0, 1.0, "importance selection weight W (LP)", tol=_LP_SLACK
+        )
     keep.setflags(write=False)
     _stage_cache[key] = keep
     if len(_stage_cache) > STAGE_CACHE_SIZE:
@@ -245,37 +256,58 @@ def _solve_stage(
     ``hint``: a near order of the ranking (the previous stage's), which speeds the sort up
     without changing it (:func:`_ranking`).
     """
-    from otbound.verifiers._importance_kernels import stage_key, stage_scatter, stage_sorted
+    return _stage_and_order(p, a, b, top, hint)[0]
+
+
+def _stage_and_order(
+    p: np.ndarray, a: np.ndarray, b: np.ndarray, top: int, hint: np.ndarray | None = None
+) -> tuple[SelectionStage, np.ndarray]:
+    """:func:`_solve_stage` and the stage's ranking (``rank``'s inverse permutation).
+
+    Compiled passes around the LP (``stage_prepare``, or ``stage_key`` and ``stage_top``,
+    before it and ``stage_finish`` after, in :mod:`otbound.verifiers._importance_kernels`) do
+    the numpy passes of the stage in numpy's order of operations (its sequential suffix sums
+    and the pairwise summation of ``np.sum``), so the stage is the numpy one's bit for bit.
+    """
+    from otbound.verifiers._importance_kernels import (
+        stage_finish,
+        stage_key,
+        stage_prepare,
+        stage_top,
+    )
 
     vocab = p.size
-    order = _ranking(stage_key(p, a, b), hint)  # the stable argsort of −(p − a b)
     s = min(top, vocab)
-    # Rank rule for every pair: p_I(y) = a_y (b_y + Σ_{later} b) + b_y Σ_{later} a (compiled:
-    # the gathers in the ranking's order and the suffix sums, in numpy's order of operations).
-    rank, a_sorted, b_sorted, p_sorted, induced_sorted = stage_sorted(order, p, a, b)
-
-    aS, bS, pS = a_sorted[:s], b_sorted[:s], p_sorted[:s]
-    tail_a, tail_b = a_sorted[s:].sum(), b_sorted[s:].sum()
-    # Inside S: p_I(y) = base_y + Σ_{i≠y} a_i b_y + Σ_{j≠y} a_y b_j W[y,j] − Σ_{i≠y} a_i b_y W[i,y].
-    off = ~np.eye(s, dtype=bool)
-    base = aS * bS + aS * tail_b + bS * tail_a + bS * (aS.sum() - aS)
-    keep = _solve_top_lp(aS, bS, pS, base) if s > 1 else np.ones((s, s))
-    gain = (aS[:, None] * bS[None, :] * keep * off).sum(axis=1)
-    loss = (aS[:, None] * bS[None, :] * keep * off).sum(axis=0)
-    induced_sorted[:s] = base + gain - loss
+    # The stable argsort of −(p − a b), then the rank rule for every pair: p_I(y) =
+    # a_y (b_y + Σ_{later} b) + b_y Σ_{later} a; inside S:
+    # p_I(y) = base_y + Σ_{i≠y} a_i b_y + Σ_{j≠y} a_y b_j W[y,j] − Σ_{i≠y} a_i b_y W[i,y].
+    done = False
+    if hint is not None:  # sorted from the hint and the LP's inputs in one call
+        done, order, key, rank, induced_sorted, lp = stage_prepare(
+            p, a, b, hint, HINT_MOVES * vocab, s
+        )
+    else:
+        key = stage_key(p, a, b)
+    if not done:
+        order = stable_argsort(key)
+        rank, induced_sorted, lp = stage_top(order, p, a, b, s)
+    aS, bS, pS, base = lp
+    keep = _solve_top_lp(aS, bS, pS, base, lp.tobytes()) if s > 1 else np.ones((s, s))
     # p_I ≥ t ≥ 0 row by row and Σ p_I = Σ_{i,j} a_i b_j = 1 exactly: off by the LP's
     # feasibility tolerance and rounding only (clipped as clip_rounding does, which raises)
-    induced, within = stage_scatter(order, induced_sorted, _LP_SLACK)
+    induced, within, total = stage_finish(order, induced_sorted, lp, keep, _LP_SLACK)
     if not within:
         clip_rounding(
             induced_sorted, 0.0, 1.0, "importance induced distribution p_I", tol=_LP_SLACK
         )
-    total = float(induced.sum())
+        total = float(induced.sum())
+        induced = induced / total
     if not abs(total - 1.0) <= _LP_SLACK:  # clip_rounding's test, which raises
         clip_rounding(
             total, 1.0, 1.0, "importance induced distribution's total Σ p_I", tol=_LP_SLACK
         )
-    return SelectionStage(rank=rank, top=s, keep_top=keep, induced=induced / total)
+    stage = SelectionStage(rank=rank, top=s, keep_top=keep, induced=induced)
+    return stage, order
 
 
 def _coincidence_two(
@@ -284,24 +316,12 @@ def _coincidence_two(
     """``P(selected draft rejected, residual ∈ {x_1, x_2})`` for two slots, ``O(V log V)``.
 
     ``Σ_{i,j} a_i b_j [k(i,j) f_i r_j + (1 − k(i,j)) f_j r_i]`` with ``f = 1 − accept``: the rank
-    rule outside ``S × S`` gives suffix sums, the LP block a correction.
+    rule outside ``S × S`` gives suffix sums, the LP block a correction (one compiled pass,
+    :func:`~otbound.verifiers._importance_kernels.coincidence_two`).
     """
-    order = np.empty_like(stage.rank)  # the ranking: rank's inverse permutation
-    order[stage.rank] = np.arange(order.size)
-    fail = 1.0 - accept
-    a_s, b_s, f_s, r_s = a[order], b[order], fail[order], rest[order]
-    after_br = np.concatenate((np.cumsum((b_s * r_s)[::-1])[::-1][1:], [0.0]))
-    after_ar = np.concatenate((np.cumsum((a_s * r_s)[::-1])[::-1][1:], [0.0]))
-    total = float(np.sum(a_s * f_s * after_br) + np.sum(b_s * f_s * after_ar))
-    s = stage.top
-    aS, bS, fS, rS = a_s[:s], b_s[:s], f_s[:s], r_s[:s]
-    off = ~np.eye(s, dtype=bool)
-    ranked = np.triu(np.ones((s, s)), 1)  # 1[rank i < rank j]
-    pair = aS[:, None] * bS[None, :] * off
-    keep = stage.keep_top
-    total += float(np.sum(pair * (keep - ranked) * fS[:, None] * rS[None, :]))
-    total += float(np.sum(pair * ((1.0 - keep) - ranked.T) * fS[None, :] * rS[:, None]))
-    return total
+    from otbound.verifiers._importance_kernels import coincidence_two
+
+    return float(coincidence_two(stage.rank, stage.keep_top, a, b, accept, rest))
 
 
 @dataclass(frozen=True)
@@ -376,20 +396,22 @@ class ImportanceSampling(BaseVerifier):
         ``orders``: the rankings of this chain's stages from an earlier call (the hints of
         their sorts, which do not change them), extended in place with the new ones.
         """
+        previous: np.ndarray | None = None  # the last stage's ranking, once known
         while len(chain) < len(slots) - 1:
             k = len(chain)
             current = chain[-1].induced if chain else slots[0]
             hint = None
             if orders is not None and k < len(orders):  # this very ranking, sorted before
-                hint = orders[k].astype(np.int64)
-            elif chain:  # the previous ranking nearly sorts this one (p_I moves little)
+                hint = orders[k]
+            elif previous is not None:  # the previous ranking nearly sorts this one
+                hint = previous
+            elif chain:  # (p_I moves little)
                 hint = np.empty_like(chain[-1].rank)
                 hint[chain[-1].rank] = np.arange(hint.size)
-            chain.append(_solve_stage(p, current, slots[k + 1], self.top, hint))
+            stage, previous = _stage_and_order(p, current, slots[k + 1], self.top, hint)
+            chain.append(stage)
             if orders is not None and k == len(orders):
-                order = np.empty_like(chain[-1].rank)
-                order[chain[-1].rank] = np.arange(order.size)
-                _keep_hint(orders, order)
+                _keep_hint(orders, previous)
         return chain
 
     def _induced(self, q: np.ndarray, n: int, stages: list[SelectionStage]) -> np.ndarray:
@@ -420,15 +442,21 @@ class ImportanceSampling(BaseVerifier):
 
     # -- the protocol -------------------------------------------------------------------------
     def _acceptance(self, p: np.ndarray, q: np.ndarray, n: int) -> float | None:
+        from otbound.verifiers._importance_kernels import accept_rest
+
         if n >= 3:
-            tuples_count = math.prod(float(np.count_nonzero(s > 0)) for s in self._slots(q, n))
+            if q.ndim == 1:  # i.i.d. slots: one count, multiplied as the loop below would
+                count = float(np.count_nonzero(q > 0))
+                tuples_count = math.prod(count for _ in range(n))
+            else:
+                tuples_count = math.prod(float(np.count_nonzero(s > 0)) for s in self._slots(q, n))
             if tuples_count > MAX_TUPLES:
                 return None
         stages = self.stages(p, q, n)
         induced = self._induced(q, n, stages)
-        accept = np.where(induced > 0, np.minimum(1.0, p / np.where(induced > 0, induced, 1.0)), 0)
-        rest = residual(p, induced)
-        selected = float(np.minimum(p, induced).sum())
+        # min(1, p / p_I) (0 off p_I's support), res(p, p_I) and Σ min(p, p_I) in one pass
+        accept, rest, selected = accept_rest(p, induced)
+        selected = float(selected)
         if n == 1:
             return selected
         if n == 2:
@@ -480,32 +508,31 @@ class ImportanceSampling(BaseVerifier):
     def _conditional_plan(self, p: np.ndarray, q: np.ndarray, n: int) -> _ConditionalPlan:
         """What :meth:`_conditional` needs of a step beyond its uniforms (built once for the
         pilot and the final sample of :meth:`estimate`)."""
-        from otbound.verifiers._importance_kernels import guide_table
+        from otbound.verifiers._importance_kernels import accept_rest, cdf_table
 
         stages = self.stages(p, q, n)
         induced = self._induced(q, n, stages)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            accept = np.where(induced > 0, np.minimum(1.0, p / induced), 0.0)
-        rest = residual(p, induced)
-        selected = float(np.minimum(p, induced).sum())
+        accept, rest, selected = accept_rest(p, induced)  # min(1, p / p_I), res(p, p_I), α_sel
         slots = self._slots(q, n) if q.ndim == 2 else [q]
         # sample_tokens's inversion: the CDF, its guide table, the last token of positive mass
         cdfs = []
         for d in slots:
-            cdf = np.cumsum(d)
-            cdfs.append((cdf, guide_table(cdf), int(np.flatnonzero(d > 0)[-1])))
+            cdf, guide, last = cdf_table(d)
+            if last < 0:
+                raise ValueError("a draft distribution has no positive mass")
+            cdfs.append((cdf, guide, int(last)))
         size = max((stage.top for stage in stages), default=1)
         keep_tops = np.zeros((len(stages), size, size))
         for k, stage in enumerate(stages):
             keep_tops[k, : stage.top, : stage.top] = stage.keep_top
         ranks = np.stack([stage.rank for stage in stages]) if stages else np.zeros((0, p.size))
         return _ConditionalPlan(
-            ranks=ranks.astype(np.int64),
+            ranks=ranks.astype(np.int64, copy=False),
             tops=np.array([stage.top for stage in stages], dtype=np.int64),
             keep_tops=keep_tops,
             accept=accept,
             rest=rest,
-            selected=selected,
+            selected=float(selected),
             cdfs=cdfs,
         )
 
