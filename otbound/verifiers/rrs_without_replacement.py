@@ -177,6 +177,24 @@ def _kernel_cdf(i, t0, t1, a0, a1, rho, cum_p, cum_q, removed_pos, removed_q, co
 
 
 @numba.njit(cache=True, inline="always")
+def _undrafted_mass(total_q, drafted, q_sorted, removed_pos, count):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """``1 − R_k``, the draft mass not drafted yet: ``total_q − drafted``, or, once nearly all
+    of ``q`` is drafted (below 1e-6), the sum of the undrafted masses (no cancellation)."""
+    left = total_q - drafted
+    if left >= 1e-6:
+        return left
+    left = 0.0
+    for j in range(q_sorted.shape[0]):
+        keep = True
+        for r in range(count):
+            if removed_pos[r] == j:
+                keep = False
+        if keep:
+            left += q_sorted[j]
+    return left
+
+
+@numba.njit(cache=True, inline="always")
 def _nearest_weighted(lo, rho, q_sorted, t_next, removed_pos, count):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """Position ``lo`` of a rejection path's binary search, moved off a drafted token or one of
     zero weight (``ρ ≥ t_next``), where rounding can leave it: the nearest position below of
@@ -237,16 +255,7 @@ def _rejection_paths(n, u, rho, cum_p, cum_q, tail_p, tail_q, q_sorted, total_q)
         count = 0
         value = 0.0
         for k in range(n):
-            left = total_q - drafted
-            if left < 1e-6:  # nearly all of q drafted: sum what is left (no cancellation)
-                left = 0.0
-                for j in range(m):
-                    keep = True
-                    for r in range(count):
-                        if removed_pos[r] == j:
-                            keep = False
-                    if keep:
-                        left += q_sorted[j]
+            left = _undrafted_mass(total_q, drafted, q_sorted, removed_pos, count)
             t_next = t + f / left
             f_next = _f_at(t_next, rho, tail_p, tail_q)
             if k == n - 1 or f_next <= 0.0:
@@ -354,16 +363,7 @@ def _rejection_paths_fast(n, u, tables, total_q, ends):  # type: ignore[no-untyp
         count = 0
         value = 0.0
         for k in range(n):
-            left = total_q - drafted
-            if left < 1e-6:  # nearly all of q drafted: sum what is left (no cancellation)
-                left = 0.0
-                for j in range(m):
-                    keep = True
-                    for r in range(count):
-                        if removed_pos[r] == j:
-                            keep = False
-                    if keep:
-                        left += q_sorted[j]
+            left = _undrafted_mass(total_q, drafted, q_sorted, removed_pos, count)
             t_next = t + f / left
             a0 = a_t
             a1 = _count_le_blocked(rho, rho_ends, t_next)
