@@ -5,7 +5,8 @@ Run: ``python benchmarks/bench_gls.py [--steps 4]``. For V = 8,192, 32,000 and 1
 n in {2, 4, 8} (and 2..8, as :class:`~otbound.verifiers.gls.GumbelListCoupling` asks), times
 ``gls_acceptances`` on language-model-like rows (``bench_bounds.lm_like``, softmax through
 :func:`otbound.logits.softmax`) with the fused quadrature (the default) and with the previous
-blocked one (numpy's ``expm1`` tables), in the same run, and prints a Markdown table: ms per
+one (:func:`~otbound.verifiers.gls._gls_quadrature_many`, one node at a time with libm's
+``expm1``), in the same run, and prints a Markdown table: ms per
 step, the speed-up and the largest ``|new − old|`` over the rows.
 """
 
@@ -26,7 +27,7 @@ def _acceptances(
     rows: list[tuple[np.ndarray, np.ndarray]], ns: list[int], old: bool
 ) -> list[dict[int, float]]:
     """``gls_acceptances`` of each row, with the previous quadrature when ``old``."""
-    gls._gls_quadrature_fused = gls._gls_quadrature_blocked if old else FUSED
+    gls._gls_quadrature_fused = gls._gls_quadrature_many if old else FUSED
     try:
         return [gls.gls_acceptances(p, q, ns) for p, q in rows]
     finally:

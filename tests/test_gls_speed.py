@@ -1,6 +1,7 @@
 """The fused GLS quadrature (:func:`otbound.verifiers.gls._gls_quadrature_fused`, its own
-vectorised ``expm1``) against the previous path (:func:`_gls_quadrature_blocked`, numpy's
-``expm1`` tables), kept in the module as the reference: equal to 1e-13 on seeded sweeps."""
+vectorised ``expm1``) against the previous path (:func:`_gls_quadrature_many`, one node at a
+time with libm's ``expm1``), kept in the module as the reference: equal to 1e-13 on seeded
+sweeps."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def _largest_difference(
     cases: Iterable[tuple[str, np.ndarray, np.ndarray]], monkeypatch: pytest.MonkeyPatch
 ) -> tuple[float, int]:
     """``max |new − old|`` of :func:`gls_acceptances` over ``cases`` and :data:`N_SETS`,
-    ``old`` with the blocked quadrature in place of the fused one; and the values compared."""
+    ``old`` with the one-loop quadrature in place of the fused one; and the values compared."""
     fused = gls_module._gls_quadrature_fused
     worst = 0.0
     compared = 0
@@ -31,7 +32,7 @@ def _largest_difference(
             monkeypatch.setattr(gls_module, "_gls_quadrature_fused", fused)
             new = gls_module.gls_acceptances(p, q, ns)
             monkeypatch.setattr(
-                gls_module, "_gls_quadrature_fused", gls_module._gls_quadrature_blocked
+                gls_module, "_gls_quadrature_fused", gls_module._gls_quadrature_many
             )
             old = gls_module.gls_acceptances(p, q, ns)
             assert new.keys() == old.keys(), kind
@@ -44,7 +45,7 @@ def _largest_difference(
 
 
 @pytest.mark.parametrize("seed", [21, 22, 23])
-def test_fused_quadrature_equals_the_blocked_one(monkeypatch, seed):
+def test_fused_acceptances_equal_the_one_loop_ones(monkeypatch, seed):
     """Zipf, peaked, ties, extreme masses (1e-30..1) and zeros, V from 2 to 50,000."""
     cases = kernel_cases(40, seed, big=(2, 3, 50_000, 32_000, 8_192, 1_000))
     worst, compared = _largest_difference(cases, monkeypatch)

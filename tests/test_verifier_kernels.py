@@ -1,7 +1,7 @@
 """The compiled and cached paths of the estimated verifiers against their previous paths.
 
-``gls`` (the blocked quadrature), ``rrs_without_replacement`` (the shared sort, the tables and
-the two-level rejection-path kernel) and ``importance`` (the stage passes, the LP's sparsity,
+The shared sort of ``p / q``, ``rrs_without_replacement`` (the tables and the
+two-level rejection-path kernel) and ``importance`` (the stage passes, the LP's sparsity,
 the draft inversion and the per-trial values): each new path equals the previous one, kept
 here or in the module as the reference, bit for bit or to rounding, on seeded cases with ties,
 zeros, extreme masses and real vocabulary sizes.
@@ -17,7 +17,6 @@ from scipy import sparse
 from otbound.drafts.helpers import inverse_cdf
 from otbound.verifiers import _step_cache as step_cache
 from otbound.verifiers import get_verifier
-from otbound.verifiers import gls as gls_module
 from otbound.verifiers import importance as importance_module
 from otbound.verifiers import rrs_without_replacement as rrs_module
 from otbound.verifiers.base import residual
@@ -31,35 +30,6 @@ def _cases(
 
 
 # -- gls -----------------------------------------------------------------------------------
-
-
-def _quadrature_args(p: np.ndarray, q: np.ndarray, ns: list[int]) -> tuple[object, ...] | None:
-    _, ps, qs, rho, g, slope, spread = gls_module._gls_prepare(p, q)
-    if spread <= 0.0:
-        return None
-    step = gls_module.QUADRATURE_STEP
-    first = np.array([np.floor(gls_module._start(k, spread) / step) for k in ns], dtype=np.int64)
-    last = np.array([np.ceil(np.log(45.0 / k) / step) for k in ns], dtype=np.int64)
-    return (np.array(ns, dtype=np.int64), first, last, step, ps, qs, rho, g, slope)
-
-
-def test_gls_blocked_quadrature_equals_the_one_loop_kernel(monkeypatch):
-    """numpy's expm1 a block of tokens at a time and the node loop innermost: the one-loop
-    kernel's sums to rounding (1e-15), for any block size (bit for bit)."""
-    checked = 0
-    for kind, p, q in _cases(30, seed=3, big=(8_192, 3_000)):
-        for ns in ([2, 3, 4, 5, 6, 7, 8], [1, 2, 3], [4]):
-            args = _quadrature_args(p, q, ns)
-            if args is None:
-                continue
-            want = gls_module._gls_quadrature_many(*args)
-            got = gls_module._gls_quadrature_blocked(*args)
-            np.testing.assert_allclose(got, want, rtol=0, atol=1e-15, err_msg=kind)
-            monkeypatch.setattr(gls_module, "QUADRATURE_BLOCK", 7)
-            np.testing.assert_array_equal(gls_module._gls_quadrature_blocked(*args), got)
-            monkeypatch.undo()
-            checked += 1
-    assert checked >= 80
 
 
 # -- the shared sort of p / q ---------------------------------------------------------------

@@ -43,8 +43,8 @@ of ``G`` the ``u``-integral is elementary, so one suffix sum over the tokens sor
 gives every ``b_j(t)`` at a node ``t`` in ``O(V)``: one compiled pass over the tokens from the
 top, the nodes innermost and vectorised, with the two ``expm1`` a token and node computed in
 that loop by a branch-free polynomial (:func:`_gls_quadrature_fused`; the previous path,
-:func:`_gls_quadrature_blocked`, read them from numpy's ``expm1`` tables a block of tokens at a
-time, and stays as the reference). The ``t``-integral is the trapezoid rule
+:func:`_gls_quadrature_many`, one node at a time with libm's ``expm1``, stays as the
+reference). The ``t``-integral is the trapezoid rule
 in ``x = ln t`` (:func:`gls_acceptance`, which integrates ``1 − α`` so that the integrand
 vanishes at both ends): the integrand is analytic in the strip ``|Im x| < π/2``, so the rule
 converges like ``e^{−2π d / h}``; at the step ``h = 0.3`` used, a third of that step changes
@@ -176,8 +176,8 @@ def _gls_quadrature_many(ns, first, last, step, ps, qs, rho, g, slope):  # type:
     Each ``n`` has its own accumulators, so its value does not depend on the other ``n``.
     Returns ``Σ_nodes h n t e^{−nt} · miss_n(t)`` for each ``n``.
 
-    The reference of :func:`_gls_quadrature_blocked` (which :func:`gls_acceptances` uses): the
-    same sums with ``expm1`` called in the loop.
+    The reference of :func:`_gls_quadrature_fused` (which :func:`gls_acceptances` uses): the
+    same sums, one node at a time, with libm's ``expm1`` called in the loop.
     """
     m = rho.shape[0]
     r_count = ns.shape[0]
@@ -237,11 +237,6 @@ def _gls_quadrature_many(ns, first, last, step, ps, qs, rho, g, slope):  # type:
     return totals
 
 
-#: Tokens per block of :func:`_gls_quadrature_blocked`: the ``expm1`` tables of a block
-#: (``2 × block × nodes`` floats, ~1.3 MB at 80 nodes) stay in cache.
-QUADRATURE_BLOCK = 1024
-
-
 @numba.njit(cache=True)
 def _node_times(k_lo, k_hi, step):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """``t = e^{k · step}`` for ``k = k_lo..k_hi`` (as :func:`_gls_quadrature_many` has them)."""
@@ -259,107 +254,6 @@ def _node_cuts(g, ts):  # type: ignore[no-untyped-def]  # pragma: no cover - com
     for node in range(ts.shape[0]):
         cuts[node] = _first_beyond(g, ts[node])
     return cuts
-
-
-@numba.njit(cache=True)
-def _gls_block(lo, hi, em_g, em_gap, cuts, ps, qs, inv_slope, tail, acc, stay, term):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
-    """Tokens ``hi − 1`` down to ``lo`` of :func:`_gls_quadrature_many`'s inner loop, for every
-    node at once (the node loop innermost: independent accumulators, vectorised).
-
-    ``em_g[i − lo, node] = expm1(−t G(ρ_i))``, ``em_gap[i − lo, node] = expm1(−t · gap_i)``;
-    ``tail`` (nodes,) and ``acc`` (powers, nodes) carry the suffix sums between blocks:
-    ``acc[w, node] = tail_p[cut] + Σ_{i ≥ …} p_i (1 − a_i)(1 − b_i)^w``, each node's terms
-    added in the same order (descending ``i``) as the one-node loop.
-    """
-    m = ps.shape[0]
-    powers = acc.shape[0]
-    nodes = cuts.shape[0]
-    live = 0  # nodes [0, live) have cut > i (the cuts do not increase with t)
-    for i in range(hi - 1, lo - 1, -1):
-        while live < nodes and cuts[live] > i:
-            live += 1
-        row = i - lo
-        p_i = ps[i]
-        q_i = qs[i]
-        s_i = inv_slope[i]
-        if i == m - 1:
-            for node in range(live):
-                decay = 1.0 + em_g[row, node]
-                tail[node] += decay * s_i
-        else:
-            for node in range(live):
-                decay = 1.0 + em_g[row, node]
-                tail[node] += decay * -em_gap[row, node] * s_i
-        for node in range(live):
-            b = min(q_i * tail[node], 1.0)
-            stay[node] = 1.0 - b
-            term[node] = p_i * -em_g[row, node]
-            acc[0, node] += term[node]
-        for w in range(1, powers):
-            for node in range(live):
-                term[node] *= stay[node]
-                acc[w, node] += term[node]
-
-
-@numba.njit(cache=True)
-def _outer(x, y, out):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
-    """``out[i, j] = x[i] · y[j]`` (``np.multiply.outer`` without its iterator's overhead)."""
-    for i in range(x.shape[0]):
-        xi = x[i]
-        for j in range(y.shape[0]):
-            out[i, j] = xi * y[j]
-
-
-def _gls_quadrature_blocked(
-    ns: np.ndarray,
-    first: np.ndarray,
-    last: np.ndarray,
-    step: float,
-    ps: np.ndarray,
-    qs: np.ndarray,
-    rho: np.ndarray,
-    g: np.ndarray,
-    slope: np.ndarray,
-) -> np.ndarray:
-    """:func:`_gls_quadrature_many`, with its two ``expm1`` a token and node taken by numpy's
-    vectorised ``expm1`` a block of tokens at a time (the numba loop calls none).
-
-    The same nodes, cuts and sums in the same order: only the ``expm1`` implementation differs
-    (a few ulp), so the result equals the one-loop kernel's to rounding (~1e-16).
-    """
-    m = rho.shape[0]
-    k_lo, k_hi = int(first.min()), int(last.max())
-    ts = _node_times(k_lo, k_hi, step)
-    cuts = _node_cuts(g, ts)
-    nodes = ts.shape[0]
-    tail_p = np.concatenate((np.cumsum(ps[::-1])[::-1], [0.0]))
-    powers = int(ns[-1])
-    acc = np.empty((powers, nodes))
-    acc[:] = tail_p[cuts]
-    tail = np.zeros(nodes)
-    stay = np.empty(nodes)
-    term = np.empty(nodes)
-    inv_slope = 1.0 / slope
-    gap = slope[:-1] * np.diff(rho)
-    minus_t = -ts
-    top = int(cuts[0]) if nodes else 0
-    block = QUADRATURE_BLOCK
-    em_g = np.empty((min(block, max(top, 1)), nodes))
-    em_gap = np.empty_like(em_g)
-    for hi in range(top, 0, -block):
-        lo = max(0, hi - block)
-        size = hi - lo
-        eg = em_g[:size]
-        _outer(g[lo:hi], minus_t, eg)
-        np.expm1(eg, out=eg)
-        upper = min(hi, m - 1)  # gap_i exists for i < m − 1
-        ea = em_gap[:size]
-        if upper > lo:
-            _outer(gap[lo:upper], minus_t, ea[: upper - lo])
-            np.expm1(ea[: upper - lo], out=ea[: upper - lo])
-        _gls_block(lo, hi, eg, ea, cuts, ps, qs, inv_slope, tail, acc, stay, term)
-    totals: np.ndarray = _gls_weigh(ns, first, last, k_lo, step, ts, acc)
-    return totals
 
 
 @numba.njit(cache=True)
@@ -477,13 +371,15 @@ def _small_below(ts, scale, start):  # type: ignore[no-untyped-def]  # pragma: n
 
 @numba.njit(cache=True)
 def _gls_fused(ts, cuts, ps, qs, g, gap, inv_slope, acc):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
-    """:func:`_gls_block` over all the tokens at once, computing its two ``expm1`` itself
-    (:func:`_expm1_neg`, vectorised over the nodes) instead of reading numpy's tables.
+    """:func:`_gls_quadrature_many`'s inner loop for every node at once (the node loop
+    innermost: independent accumulators, vectorised), computing its two ``expm1`` itself
+    (:func:`_expm1_neg`) instead of calling libm's.
 
     ``ts`` holds the nodes' ``t`` padded (with its last value) to a multiple of 8, ``cuts``
     one entry a node; ``acc`` (powers, nodes) starts at ``tail_p[cut]`` and gets
-    ``Σ_i p_i (1 − a_i)(1 − b_i)^w`` in row ``w``, each node's terms added in the same order and
-    the powers taken by the same repeated multiplications as :func:`_gls_block`.
+    ``Σ_i p_i (1 − a_i)(1 − b_i)^w`` in row ``w``, each node's terms added in the same order
+    (descending ``i``) and the powers taken by the same repeated multiplications as the
+    one-node loop.
     """
     m = ps.shape[0]
     nodes = cuts.shape[0]
@@ -578,12 +474,12 @@ def _gls_quadrature_fused(
     g: np.ndarray,
     slope: np.ndarray,
 ) -> np.ndarray:
-    """:func:`_gls_quadrature_blocked` in one compiled pass (:func:`_gls_fused`), which
-    :func:`gls_acceptances` uses: the same nodes, cuts and sums in the same order, with its
-    own ``expm1`` (:func:`_expm1_neg`, :func:`_expm1_neg_small`) instead of numpy's tables.
+    """:func:`_gls_quadrature_many` in one compiled pass over the tokens (:func:`_gls_fused`),
+    which :func:`gls_acceptances` uses: the same nodes, cuts and sums in the same order, with
+    its own ``expm1`` (:func:`_expm1_neg`, :func:`_expm1_neg_small`) instead of libm's.
 
     Error against the reference. Only the ``expm1`` values differ: within 2 ulp of the exact
-    ``expm1`` on ``[0, ∞]`` (4 ulp of numpy's, tested), against numpy's ≤ 1 ulp, so each
+    ``expm1`` on ``[0, ∞]`` (4 ulp of numpy's, tested), against libm's ≤ 1 ulp, so each
     ``E = expm1(−x)`` moves by a relative ``δ ≤ 4·2^{−53} ≈ 4.4·10^{−16}``. Then
     ``1 − a_i = −E_g`` moves by ``≤ δ (1 − a_i)``, and ``a_i = 1 + E_g`` is rounded to the
     same ``2^{−53}``-spaced grid as the reference's (it moves by one grid step at most, where
