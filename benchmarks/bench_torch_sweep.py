@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -57,81 +58,104 @@ def best_time(fn: Callable[[], object], repeat: int, sync: Callable[[], None]) -
     return min(times)
 
 
-def _ints(text: str) -> list[int]:
+def ints(text: str) -> list[int]:
+    """``"8192,32_000"`` → ``[8192, 32000]``."""
     return [int(x.replace("_", "")) for x in text.split(",") if x.strip()]
 
 
-def print_rates(
-    label: str,
-    vocab: int,
-    n: int,
-    numpy_run: tuple[np.ndarray, float, int],
-    torch_run: tuple[np.ndarray, float, int],
-) -> None:
-    """One Markdown row: steps per second of numpy and torch (each run: its values, its best
-    seconds and its steps), their ratio, and the largest difference on the common steps."""
-    (want, t_np, numpy_steps), (got, t_torch, torch_steps) = numpy_run, torch_run
-    common = min(numpy_steps, torch_steps)
-    diff = float(np.max(np.abs(got[:common] - want[:common])))
-    numpy_rate, torch_rate = numpy_steps / t_np, torch_steps / t_torch
-    print(
-        f"| {label} | {vocab:,} | {n} | {numpy_rate:,.1f} | {torch_rate:,.1f} | "
-        f"{torch_rate / numpy_rate:.2f}x | {diff:.1e} |",
-        flush=True,
-    )
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def torch_parser(description: str, numpy_help: str, ns: str) -> argparse.ArgumentParser:
+    """The options both torch benchmarks take: device, quick, batch sizes, V, n, repeats."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--quick", action="store_true", help="V = 32,000 only, one repeat")
     parser.add_argument("--batch", type=int, default=1024, help="steps per torch call")
-    parser.add_argument("--numpy-batch", type=int, default=32, help="steps per numpy call")
+    parser.add_argument("--numpy-batch", type=int, default=32, help=numpy_help)
+    parser.add_argument("--vocabs", default="8192,32000,151936")
+    parser.add_argument("--ns", default=ns)
+    parser.add_argument("--repeat", type=int, default=3)
+    return parser
+
+
+@dataclass(frozen=True)
+class TorchRun:
+    """What :func:`torch_parser`'s options set: the vocabularies, repeats, device and sync."""
+
+    vocabs: list[int]
+    repeat: int
+    device: torch.device
+    numpy_batch: int
+    batch: int
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> TorchRun:
+        vocabs = [32_000] if args.quick else ints(args.vocabs)
+        repeat = 1 if args.quick else args.repeat
+        return cls(vocabs, repeat, torch.device(args.device), args.numpy_batch, args.batch)
+
+    def sync(self) -> None:
+        """Wait for the device's queued work (CUDA), so that a time covers it."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def row(
+        self,
+        label: str,
+        vocab: int,
+        n: int,
+        numpy_fn: Callable[[], np.ndarray],
+        torch_fn: Callable[[], torch.Tensor],
+    ) -> None:
+        """Time both paths (best of ``repeat`` after a warm-up) and print one Markdown row:
+        steps per second of each, their ratio, and the largest difference on the common steps."""
+        want = np.asarray(numpy_fn())
+        t_np = best_time(numpy_fn, self.repeat, lambda: None)
+        t_torch = best_time(torch_fn, self.repeat, self.sync)
+        got = torch_fn().cpu().numpy()
+        common = min(self.numpy_batch, self.batch)
+        diff = float(np.max(np.abs(got[:common] - want[:common])))
+        numpy_rate, torch_rate = self.numpy_batch / t_np, self.batch / t_torch
+        print(
+            f"| {label} | {vocab:,} | {n} | {numpy_rate:,.1f} | {torch_rate:,.1f} | "
+            f"{torch_rate / numpy_rate:.2f}x | {diff:.1e} |",
+            flush=True,
+        )
+
+
+def main() -> None:
+    parser = torch_parser(__doc__.split("\n\n")[0], "steps per numpy call", "2,4,8")
     parser.add_argument(
         "--designs",
         default="iid,without_replacement,conditional_poisson",
         help=f"of {','.join(TORCH_DESIGNS)}",
     )
-    parser.add_argument("--vocabs", default="8192,32000,151936")
-    parser.add_argument("--ns", default="2,4,8")
-    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     designs = [d.strip() for d in args.designs.split(",") if d.strip()]
-    vocabs = [32_000] if args.quick else _ints(args.vocabs)
-    repeat = 1 if args.quick else args.repeat
-    device = torch.device(args.device)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-
-    def nothing() -> None:
-        return None
-
+    run = TorchRun.from_args(args)
     print(f"machine: {machine()}\n")
     print(
-        f"float64; torch on {device} in batches of {args.batch} steps, numpy (CPU) in batches "
-        f"of {args.numpy_batch}; max |torch − numpy| over the numpy rows\n"
+        f"float64; torch on {run.device} in batches of {run.batch} steps, numpy (CPU) in "
+        f"batches of {run.numpy_batch}; max |torch − numpy| over the numpy rows\n"
     )
-    columns = f"numpy CPU steps/s | torch {device.type} steps/s | ratio | max diff"
+    columns = f"numpy CPU steps/s | torch {run.device.type} steps/s | ratio | max diff"
     print(f"| design | V | n | {columns} |")
     print("|---|---|---|---|---|---|---|")
-    for vocab in vocabs:
-        p, q = lm_like(max(args.batch, args.numpy_batch), vocab)
-        p_np, q_np = p[: args.numpy_batch], q[: args.numpy_batch]
-        p_t = torch.from_numpy(p[: args.batch]).to(device)
-        q_t = torch.from_numpy(q[: args.batch]).to(device)
+    for vocab in run.vocabs:
+        p, q = lm_like(max(run.batch, run.numpy_batch), vocab)
+        p_np, q_np = p[: run.numpy_batch], q[: run.numpy_batch]
+        p_t = torch.from_numpy(p[: run.batch]).to(run.device)
+        q_t = torch.from_numpy(q[: run.batch]).to(run.device)
         for design in designs:
-            for n in (2,) if design == "hub" else _ints(args.ns):
-                want = ob.optimal_acceptance(p_np, q_np, n=n, design=design)
-                t_np = best_time(
-                    lambda: ob.optimal_acceptance(p_np, q_np, n=n, design=design),
-                    repeat,
-                    nothing,
-                )
-                t_torch = best_time(
-                    lambda: optimal_acceptance_torch(p_t, q_t, n=n, design=design), repeat, sync
-                )
-                got = optimal_acceptance_torch(p_t, q_t, n=n, design=design).cpu().numpy()
-                print_rates(
-                    design, vocab, n, (want, t_np, args.numpy_batch), (got, t_torch, args.batch)
+            for n in (2,) if design == "hub" else ints(args.ns):
+                run.row(
+                    design,
+                    vocab,
+                    n,
+                    lambda n=n, design=design: ob.optimal_acceptance(
+                        p_np, q_np, n=n, design=design
+                    ),
+                    lambda n=n, design=design: optimal_acceptance_torch(
+                        p_t, q_t, n=n, design=design
+                    ),
                 )
 
 

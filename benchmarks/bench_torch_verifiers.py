@@ -16,11 +16,9 @@ torch on ``--batch``. The distributions are language-model-like (``bench_torch_s
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 import torch
-from bench_torch_sweep import best_time, lm_like, machine, print_rates
+from bench_torch_sweep import TorchRun, ints, lm_like, machine, torch_parser
 
 from otbound.problem import Step
 from otbound.verifiers import get_verifier
@@ -31,10 +29,6 @@ from otbound.verifiers.torch_acceptance import (
 )
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x.replace("_", "")) for x in text.split(",") if x.strip()]
-
-
 def numpy_rows(name: str, batch: Step, n: int) -> np.ndarray:
     """The numpy verifier's exact acceptance of every row, one row at a time (a new verifier:
     no cached values)."""
@@ -43,52 +37,37 @@ def numpy_rows(name: str, batch: Step, n: int) -> np.ndarray:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--quick", action="store_true", help="V = 32,000 only, one repeat")
-    parser.add_argument("--batch", type=int, default=1024, help="steps per torch call")
-    parser.add_argument("--numpy-batch", type=int, default=32, help="steps timed with numpy")
+    parser = torch_parser(__doc__.split("\n\n")[0], "steps timed with numpy", "1,2,4,8")
     parser.add_argument("--verifiers", default=",".join(TORCH_VERIFIERS))
-    parser.add_argument("--vocabs", default="8192,32000,151936")
-    parser.add_argument("--ns", default="1,2,4,8")
-    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     names = [v.strip() for v in args.verifiers.split(",") if v.strip()]
     unknown = [v for v in names if v not in TORCH_VERIFIERS]
     if unknown:
         parser.error(f"no torch formula for {unknown}; of {','.join(TORCH_VERIFIERS)}")
-    vocabs = [32_000] if args.quick else _ints(args.vocabs)
-    repeat = 1 if args.quick else args.repeat
-    device = torch.device(args.device)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-
-    def nothing() -> None:
-        return None
-
+    run = TorchRun.from_args(args)
     print(f"machine: {machine()}\n")
     print(
-        f"float64; torch on {device} in batches of {args.batch} steps, numpy (CPU) one step at "
-        f"a time over {args.numpy_batch} steps; max |torch − numpy| over the numpy rows\n"
+        f"float64; torch on {run.device} in batches of {run.batch} steps, numpy (CPU) one step "
+        f"at a time over {run.numpy_batch} steps; max |torch − numpy| over the numpy rows\n"
     )
     print(
-        f"| verifier | V | n | numpy CPU steps/s | torch {device.type} steps/s | ratio | max diff |"
+        f"| verifier | V | n | numpy CPU steps/s | torch {run.device.type} steps/s | ratio "
+        "| max diff |"
     )
     print("|---|---|---|---|---|---|---|")
-    for vocab in vocabs:
-        p, q = lm_like(max(args.batch, args.numpy_batch), vocab)
-        rows = Step.validate(p[: args.numpy_batch], q[: args.numpy_batch])
-        p_t = torch.from_numpy(p[: args.batch]).to(device)
-        q_t = torch.from_numpy(q[: args.batch]).to(device)
+    for vocab in run.vocabs:
+        p, q = lm_like(max(run.batch, run.numpy_batch), vocab)
+        rows = Step.validate(p[: run.numpy_batch], q[: run.numpy_batch])
+        p_t = torch.from_numpy(p[: run.batch]).to(run.device)
+        q_t = torch.from_numpy(q[: run.batch]).to(run.device)
         for name in names:
-            for n in [k for k in _ints(args.ns) if serves(name, k)]:
-                want = numpy_rows(name, rows, n)
-                t_np = best_time(lambda: numpy_rows(name, rows, n), repeat, nothing)
-                t_torch = best_time(
-                    lambda: verifier_acceptance_torch(name, p_t, q_t, n), repeat, sync
-                )
-                got = verifier_acceptance_torch(name, p_t, q_t, n).cpu().numpy()
-                print_rates(
-                    name, vocab, n, (want, t_np, args.numpy_batch), (got, t_torch, args.batch)
+            for n in [k for k in ints(args.ns) if serves(name, k)]:
+                run.row(
+                    name,
+                    vocab,
+                    n,
+                    lambda name=name, n=n: numpy_rows(name, rows, n),
+                    lambda name=name, n=n: verifier_acceptance_torch(name, p_t, q_t, n),
                 )
 
 
