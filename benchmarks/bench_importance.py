@@ -27,7 +27,6 @@ def _empty_caches() -> None:
     importance._stage_cache.clear()
     importance._stage_stats.update(hits=0, misses=0)
     importance._chain_orders.clear()
-    importance._chain_bytes[0] = 0
 
 
 def main() -> None:

@@ -24,6 +24,7 @@ from otbound._sorting import stable_argsort
 from otbound.bounds import LP_SLACK, solve_lp
 from otbound.verifiers import _importance_kernels as kernels
 from otbound.verifiers import importance as importance_module
+from otbound.verifiers._step_cache import ByteBudgetCache
 from otbound.verifiers.base import residual
 from otbound.verifiers.importance import ImportanceSampling, SelectionStage, _ConditionalPlan
 
@@ -174,8 +175,9 @@ class PreviousImportance(ImportanceSampling):
 def fresh_caches(monkeypatch):
     """Empty cross-step caches, so that the new path solves every LP itself."""
     monkeypatch.setattr(importance_module, "_stage_cache", OrderedDict())
-    monkeypatch.setattr(importance_module, "_chain_orders", OrderedDict())
-    monkeypatch.setattr(importance_module, "_chain_bytes", [0])
+    monkeypatch.setattr(
+        importance_module, "_chain_orders", ByteBudgetCache(importance_module.CHAIN_HINT_BYTES)
+    )
 
 
 def _bits(x: float) -> bytes:

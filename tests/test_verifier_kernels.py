@@ -36,8 +36,8 @@ def _cases(
 
 
 def test_ratio_order_is_the_stable_argsort_and_checks_its_cache(monkeypatch):
-    monkeypatch.setattr(step_cache, "_ratio_orders", type(step_cache._ratio_orders)())
-    monkeypatch.setattr(step_cache, "_ratio_bytes", [0])
+    cache = step_cache.ByteBudgetCache(step_cache.RATIO_CACHE_BYTES)
+    monkeypatch.setattr(step_cache, "_ratio_orders", cache)
     for kind, p, q in _cases(40, seed=5, big=(70_000, 8_192)):
         live = np.flatnonzero(q > 0)
         want = live[np.argsort(p[live] / q[live], kind="stable")]
@@ -48,17 +48,16 @@ def test_ratio_order_is_the_stable_argsort_and_checks_its_cache(monkeypatch):
     key = step_cache.step_key(p, q)
     live = np.flatnonzero(q > 0)
     stale = step_cache.compact(live[::-1].copy(), q.size)
-    step_cache._ratio_orders[key] = stale
-    step_cache._ratio_bytes[0] += stale.nbytes
+    cache.put(key, stale)
     want = live[np.argsort(p[live] / q[live], kind="stable")]
     assert np.array_equal(step_cache.ratio_order(p, q), want)
-    assert np.array_equal(step_cache._ratio_orders[key], want)
+    assert np.array_equal(cache.entries[key], want)
     # bounded by bytes
-    monkeypatch.setattr(step_cache, "RATIO_CACHE_BYTES", 3_000)
+    cache.budget = 3_000
     for _, p, q in _cases(12, seed=7, big=()):
         step_cache.ratio_order(p, q)
-    assert step_cache._ratio_bytes[0] == sum(o.nbytes for o in step_cache._ratio_orders.values())
-    assert step_cache._ratio_bytes[0] <= 3_000 or len(step_cache._ratio_orders) == 1
+    assert cache.nbytes == sum(o.nbytes for o in cache.entries.values())
+    assert cache.nbytes <= 3_000 or len(cache.entries) == 1
 
 
 def test_kseq_rho_from_the_shared_order_equals_its_own_sort():
@@ -207,8 +206,7 @@ def test_importance_lp_pattern_is_the_csr_conversion(s):
 def test_importance_chain_hints_never_change_a_stage(monkeypatch):
     """Kept rankings are sort hints only: wrong ones (another step's, a reversed order) give
     the same stages as no hint."""
-    monkeypatch.setattr(importance_module, "_chain_orders", type(importance_module._chain_orders)())
-    monkeypatch.setattr(importance_module, "_chain_bytes", [0])
+    monkeypatch.setattr(importance_module, "_chain_orders", step_cache.ByteBudgetCache(10**9))
     for kind, p, q in _cases(8, seed=19):
         v = get_verifier("importance")
         want = v._grow(p, [q] * 5, [])

@@ -15,20 +15,86 @@ from __future__ import annotations
 import hashlib
 import zlib
 from collections import OrderedDict
+from typing import Any
 
 import numba
 import numpy as np
 
 from otbound._sorting import stable_argsort
 
-__all__ = ["RATIO_CACHE_BYTES", "compact", "ratio_order", "step_digest", "step_key"]
+__all__ = [
+    "RATIO_CACHE_BYTES",
+    "ByteBudgetCache",
+    "compact",
+    "ratio_order",
+    "step_digest",
+    "step_key",
+]
 
 #: Most bytes of sort orders :func:`ratio_order` keeps (the newest first): 2,048 steps of
 #: ``V = 8,192`` as uint16.
 RATIO_CACHE_BYTES = 32 << 20
 
-_ratio_orders: OrderedDict[tuple[object, ...], np.ndarray] = OrderedDict()
-_ratio_bytes = [0]
+
+class ByteBudgetCache:
+    """Arrays, or lists of arrays, kept by key under a budget of bytes: the least recently
+    used entries go once the total passes ``budget`` (the newest always stays).
+
+    Attributes
+    ----------
+    budget : int
+        Most bytes kept.
+    entries : collections.OrderedDict
+        The entries, the least recently used first.
+    nbytes : int
+        Their bytes.
+    """
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.entries: OrderedDict[object, np.ndarray | list[np.ndarray]] = OrderedDict()
+        self.nbytes = 0
+
+    def get(self, key: object) -> Any:
+        """The entry of ``key`` (now the most recently used), or ``None``."""
+        value = self.entries.get(key)
+        if value is not None:
+            self.entries.move_to_end(key)
+        return value
+
+    def put(self, key: object, value: np.ndarray | list[np.ndarray]) -> None:
+        """Keep ``value`` under ``key`` (replacing an entry there), then evict."""
+        self.drop(key)
+        self.entries[key] = value
+        self.grew(_size(value))
+
+    def drop(self, key: object) -> None:
+        """Forget the entry of ``key``, if any."""
+        old = self.entries.pop(key, None)
+        if old is not None:
+            self.nbytes -= _size(old)
+
+    def grew(self, extra: int) -> None:
+        """Count ``extra`` bytes added to an entry in place (a list appended to), then evict."""
+        self.nbytes += extra
+        while self.nbytes > self.budget and len(self.entries) > 1:
+            _, old = self.entries.popitem(last=False)
+            self.nbytes -= _size(old)
+
+    def clear(self) -> None:
+        """Forget every entry."""
+        self.entries.clear()
+        self.nbytes = 0
+
+
+def _size(value: np.ndarray | list[np.ndarray]) -> int:
+    """Bytes of an entry of :class:`ByteBudgetCache`."""
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    return sum(int(part.nbytes) for part in value)
+
+
+_ratio_orders = ByteBudgetCache(RATIO_CACHE_BYTES)
 
 
 def step_digest(p: np.ndarray, q: np.ndarray) -> bytes:
@@ -91,17 +157,10 @@ def ratio_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     key = step_key(p, q)
     hit = _ratio_orders.get(key)
     if hit is not None:
-        order = hit.astype(np.int64)
+        order: np.ndarray = hit.astype(np.int64)
         if _is_ratio_order(p, q, order):
-            _ratio_orders.move_to_end(key)
             return order
-        _ratio_bytes[0] -= _ratio_orders.pop(key).nbytes
     live = np.flatnonzero(q > 0)
     fresh: np.ndarray = live[stable_argsort(p[live] / q[live])]
-    small = compact(fresh, q.size)
-    _ratio_orders[key] = small
-    _ratio_bytes[0] += small.nbytes
-    while _ratio_bytes[0] > RATIO_CACHE_BYTES and len(_ratio_orders) > 1:
-        _, old = _ratio_orders.popitem(last=False)
-        _ratio_bytes[0] -= old.nbytes
+    _ratio_orders.put(key, compact(fresh, q.size))  # replaces a stale entry (a collision)
     return fresh

@@ -68,6 +68,7 @@ from otbound._checks import clip_rounding
 from otbound._sorting import stable_argsort
 from otbound.bounds import LP_SLACK as _LP_SLACK
 from otbound.bounds import solve_lp
+from otbound.verifiers._step_cache import ByteBudgetCache, compact, step_key
 from otbound.verifiers.base import BaseVerifier, residual, sample_tokens
 
 __all__ = ["ImportanceSampling", "SelectionStage", "stage_cache_info"]
@@ -157,38 +158,31 @@ def _solve_top_lp(
 #: 7-stage chains of about 290 steps at ``V = 8,192``).
 CHAIN_HINT_BYTES = 32 << 20
 
-_chain_orders: OrderedDict[tuple[object, ...], list[np.ndarray]] = OrderedDict()
-_chain_bytes = [0]
+_chain_orders = ByteBudgetCache(CHAIN_HINT_BYTES)
 
 
 def _chain_hints(p: np.ndarray, q: np.ndarray, top: int) -> list[np.ndarray]:
     """The rankings of the stage chain of ``(p, q)`` (i.i.d. drafts, ``top``) computed so far,
-    kept across calls (newest first, :data:`CHAIN_HINT_BYTES`); the list to extend.
+    kept across calls (the least recently used chains go past :data:`CHAIN_HINT_BYTES`); the
+    list to extend (:func:`_keep_hint`).
 
     Only sort hints: :func:`_ranking` returns the stable argsort whatever its hint, so an
     entry of another step (the cheap key's collision) could cost time, never change a stage.
     """
-    from otbound.verifiers._step_cache import step_key
-
     key = (*step_key(p, q), top)
-    orders = _chain_orders.get(key)
+    orders: list[np.ndarray] | None = _chain_orders.get(key)
     if orders is None:
-        orders = _chain_orders[key] = []
-    _chain_orders.move_to_end(key)
+        orders = []
+        _chain_orders.put(key, orders)
     return orders
 
 
 def _keep_hint(orders: list[np.ndarray], order: np.ndarray) -> None:
-    """Append ``order`` (compactly) to a list of :func:`_chain_hints`; evict the oldest chains
-    beyond :data:`CHAIN_HINT_BYTES`."""
-    from otbound.verifiers._step_cache import compact
-
+    """Append ``order`` (compactly) to a list of :func:`_chain_hints`; evict the least
+    recently used chains beyond :data:`CHAIN_HINT_BYTES`."""
     small = compact(order, order.size)
     orders.append(small)
-    _chain_bytes[0] += small.nbytes
-    while _chain_bytes[0] > CHAIN_HINT_BYTES and len(_chain_orders) > 1:
-        _, old = _chain_orders.popitem(last=False)
-        _chain_bytes[0] -= sum(o.nbytes for o in old)
+    _chain_orders.grew(small.nbytes)
 
 
 @dataclass(frozen=True)
