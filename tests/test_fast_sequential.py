@@ -265,3 +265,90 @@ def test_product_lower_bound_bounds_q_from_below(n):
         lower = product_lower_bound(cum_q, tops, n)
         assert np.all(lower <= mass + 1e-12)
         assert np.all(mass <= np.minimum(cum_q, 1.0) ** n + 1e-12)
+
+
+# -- the compiled O(V) passes: numpy's values, bit for bit --------------------------------------
+
+from otbound.drafts._sequential_layout import (  # noqa: E402
+    PAIRS_CHECK,
+    PAIRS_FOUND,
+    PAIRS_INTEGRATE,
+    largest_masses,
+    pairs_minimum,
+    prefix_sums,
+)
+
+
+def _layout_rows(rng: np.random.Generator):
+    """Zipf rows, rows with zeros, one token holding almost all the mass, float32 input."""
+    for vocab in (1, 2, 5, 300, 4000):
+        p, q = _zipf_pair(rng, vocab)
+        yield p, q
+        q0 = np.where(rng.random(vocab) < 0.3, 0.0, q)
+        if q0.sum() > 0:
+            yield p, q0 / q0.sum()
+        heavy = np.full(vocab, 1e-13)
+        heavy[rng.integers(vocab)] = 1.0
+        yield p, heavy / heavy.sum()
+        yield p.astype(np.float32), q
+
+
+def test_prefix_sums_are_numpys_cumulative_sums():
+    rng = np.random.default_rng(11)
+    for p, q in _layout_rows(rng):
+        cum_p, suffix, positives = prefix_sums(p.astype(np.float64), q)
+        np.testing.assert_array_equal(cum_p, np.concatenate(([0.0], np.cumsum(p, dtype=float))))
+        np.testing.assert_array_equal(suffix[:-1], np.cumsum(q[::-1])[::-1])
+        assert suffix[-1] == 0.0
+        np.testing.assert_array_equal(positives, np.concatenate(([0], np.cumsum(q > 0))))
+
+
+def _numpy_pairs_minimum(q, suffix, positives, cum_p, columns):
+    """The numpy lines the kernel replaces: the closed form, its checks and the minimum."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        mass = _closed_form_mass(q, suffix, 2)
+    mass = np.where(positives >= 2, np.where(suffix > 0, mass, 1.0), 0.0)[columns]
+    if not np.all(np.isfinite(mass)):
+        return PAIRS_INTEGRATE, 0.0, 0
+    values = cum_p[columns] - np.clip(mass, 0.0, 1.0)
+    where = int(np.argmin(values))
+    return (PAIRS_FOUND, values[where], columns[where]) if values[where] < 0 else (0, 0.0, 0)
+
+
+def test_pairs_minimum_is_the_numpy_closed_form_minimum():
+    rng = np.random.default_rng(12)
+    for p, q in _layout_rows(rng):
+        cum_p, suffix, positives = prefix_sums(p.astype(np.float64), q)
+        for columns in (np.arange(q.size + 1), np.flatnonzero(rng.random(q.size + 1) < 0.5)):
+            if columns.size == 0:
+                continue
+            got = pairs_minimum(q, suffix, positives, cum_p, columns)
+            want = _numpy_pairs_minimum(q, suffix, positives, cum_p, columns)
+            assert got[0] == want[0]
+            assert got[1] == want[1] and got[2] == want[2], (got, want)
+
+
+def test_pairs_minimum_hands_overflows_and_bad_masses_back_to_numpy():
+    """Odds that overflow (``1 − q_x`` subnormal) ask for the integral; a mass beyond
+    rounding outside [0, 1] asks for numpy's check, which raises."""
+    q = np.array([1.0, 5e-324, 5e-324])
+    cum_p, suffix, positives = prefix_sums(np.array([0.5, 0.25, 0.25]), q)
+    assert pairs_minimum(q, suffix, positives, cum_p, np.arange(4))[0] == PAIRS_INTEGRATE
+    q = np.array([0.4, 0.3, 0.3])
+    cum_p, suffix, positives = prefix_sums(np.array([0.2, 0.3, 0.5]), q)
+    bad = suffix.copy()
+    bad[1] = -0.01  # a corrupted suffix sum: the mass of the first two tokens becomes 12.6
+    assert pairs_minimum(q, bad, positives, cum_p, np.arange(4))[0] == PAIRS_CHECK
+    nan = cum_p.copy()
+    nan[2] = np.nan
+    assert pairs_minimum(q, suffix, positives, nan, np.arange(4))[0] == PAIRS_CHECK
+    with pytest.raises(ValueError, match="NaN"):  # the numpy path raises, as before
+        sequential_prefix_minimum(np.array([np.nan, 0.5, 0.0]), np.array([0.4, 0.3, 0.3]), [2])
+
+
+def test_largest_masses_are_the_partitions_top():
+    rng = np.random.default_rng(13)
+    for _, q in _layout_rows(rng):
+        for most in range(1, min(q.size, 9) + 1):
+            want = np.sort(np.partition(q, q.size - most)[q.size - most :])[::-1]
+            np.testing.assert_array_equal(largest_masses(q, most), want)

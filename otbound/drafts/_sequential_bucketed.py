@@ -141,10 +141,12 @@ def bucketed_prefix_minimum(
     order = order[:size]
     stop = int(starts[picked[-1] + 1]) if picked.size else 0
     cuts, refinable = _first_cuts(chosen, starts, stop)
-    valid = np.zeros(size + 1, dtype=bool)
+    # every bucket boundary, and every prefix inside a picked (sorted) bucket
+    inside = np.zeros(size + 2, dtype=np.int64)
+    np.add.at(inside, starts[picked], 1)
+    np.add.at(inside, starts[picked + 1], -1)
+    valid = np.cumsum(inside[:-1]) > 0
     valid[starts] = True
-    for b in picked:
-        valid[starts[b] : starts[b + 1]] = True
     gap, index = sequential_prefix_minimum(
         p[order], q[order], wanted, cuts=cuts, refinable=refinable, valid=valid, stop=stop
     )

@@ -45,6 +45,12 @@ import numba
 import numpy as np
 
 from otbound._checks import clip_rounding
+from otbound.drafts._sequential_layout import (
+    PAIRS_FOUND,
+    largest_masses,
+    pairs_minimum,
+    prefix_sums,
+)
 
 #: Trapezoid step in log time.
 LOG_TIME_STEP = 0.2
@@ -173,16 +179,17 @@ def sequential_prefix_mass(q_sorted: np.ndarray, n: int, h: float = LOG_TIME_STE
 
 
 def _prefix_layout(
-    q_sorted: np.ndarray, counts: Sequence[int]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    q_sorted: np.ndarray, counts: Sequence[int], p_sorted: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``q`` as float64, the wanted and distinct ``n``, the mass outside each prefix
-    (``suffix[i] = q(V \\ H_i)``) and the number of positive masses in each prefix."""
+    (``suffix[i] = q(V \\ H_i)``), the number of positive masses in each prefix and the
+    prefix sums of ``p_sorted`` (of zeros when it is not given), from one compiled pass
+    (:func:`otbound.drafts._sequential_layout.prefix_sums`, numpy's sums bit for bit)."""
     q = np.ascontiguousarray(q_sorted, dtype=np.float64)
     wanted = np.asarray(list(counts), dtype=np.int64)
-    suffix = np.zeros(q.shape[0] + 1)
-    suffix[:-1] = np.cumsum(q[::-1])[::-1]
-    positives = np.concatenate(([0], np.cumsum(q > 0)))
-    return q, wanted, np.unique(wanted), suffix, positives
+    p = np.zeros_like(q) if p_sorted is None else np.ascontiguousarray(p_sorted, np.float64)
+    cum_p, suffix, positives = prefix_sums(p, q)
+    return q, wanted, np.unique(wanted), suffix, positives, cum_p
 
 
 def sequential_prefix_masses(
@@ -210,7 +217,7 @@ def sequential_prefix_masses(
         Row ``j``: ``Q`` of every prefix for ``counts[j]`` drafts (0 where a prefix holds fewer
         than ``counts[j]`` tokens of positive mass).
     """
-    q, wanted, distinct, suffix, positives = _prefix_layout(q_sorted, counts)
+    q, wanted, distinct, suffix, positives, _ = _prefix_layout(q_sorted, counts)
     enough = positives[None, :] >= distinct[:, None]  # fewer than n positive: Q(H) = 0 exactly
     outside = suffix > 0  # nothing outside H: Q(H) = 1 exactly
     live = enough & outside[None, :]
@@ -466,8 +473,11 @@ def _segment_mass(
             t = _node_time(t_lo, h, j)
             limit = SMALL_RATE / t
             for g in range(groups.shape[0] - 1):
-                state[:] = start_states[j, g]
-                if state[0] == 0.0 and np.all(state == 0.0):
+                empty = True
+                for k in range(top):
+                    state[k] = start_states[j, g, k]
+                    empty = empty and state[k] == 0.0
+                if empty:
                     continue  # negligible before this group: nothing to add
                 for s in range(groups[g], groups[g + 1]):
                     if store:
@@ -547,9 +557,9 @@ def _growth_bound(q: np.ndarray, n: int) -> float:
 
 
 def _growth_bounds(q: np.ndarray, counts: Sequence[int]) -> list[float]:
-    """:func:`_growth_bound` for each ``n`` in ``counts``, from one partition."""
-    most = min(max(counts), q.size)
-    top = np.sort(np.partition(q, q.size - most)[q.size - most :])[::-1]
+    """:func:`_growth_bound` for each ``n`` in ``counts``, from one pass for the largest
+    masses (:func:`otbound.drafts._sequential_layout.largest_masses`)."""
+    top = largest_masses(q, min(max(counts), q.size))
     rest = q.sum() - np.concatenate(([0.0], np.cumsum(top)))
     rest = rest * (1.0 - 1e-12)  # rounding of the sum: keep K an upper bound
     out = []
@@ -627,8 +637,7 @@ def sequential_prefix_minimum(
     index : numpy.ndarray of int64, shape (len(counts),)
         The prefix length ``i`` attaining it (0 when ``gap = 0``).
     """
-    q, wanted, distinct, suffix, positives = _prefix_layout(q_sorted, counts)
-    cum_p = np.concatenate(([0.0], np.cumsum(p_sorted, dtype=np.float64)))
+    q, wanted, distinct, suffix, positives, cum_p = _prefix_layout(q_sorted, counts, p_sorted)
     size = q.shape[0]
     outside = suffix > 0
     gap = np.zeros(distinct.size)
@@ -650,9 +659,20 @@ def sequential_prefix_minimum(
         return np.where(live, 1.0 - (remaining + left), np.where(enough, 1.0, 0.0))
 
     columns_valid = np.arange(size + 1) if valid is None else np.flatnonzero(valid)
+
+    def ratio_at(at: np.ndarray) -> np.ndarray:
+        """``p / q`` of the tokens ``at`` (``inf`` where ``q = 0``)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(q[at] > 0, np.asarray(p_sorted)[at] / q[at], np.inf)
+
     stop = size if stop is None else int(stop)
     closed = np.zeros(distinct.size, dtype=bool)
     for c, n in enumerate(distinct):
+        if n == 2:  # the compiled scan; on anything unusual, the numpy lines below
+            status, value, where = pairs_minimum(q, suffix, positives, cum_p, columns_valid)
+            if status == PAIRS_FOUND:
+                closed[c], gap[c], index[c] = True, value, where
+                continue
         if n <= 2:
             with np.errstate(over="ignore", invalid="ignore"):
                 mass = _closed_form_mass(q, suffix, int(n))
@@ -677,8 +697,6 @@ def sequential_prefix_minimum(
     slots = np.flatnonzero(~closed)  # where each integrated n sits in ``distinct``
     known = np.zeros((integrated.size, size + 1))  # Q at the prefixes evaluated so far
     growth = _growth_bounds(q, [int(n) for n in integrated])
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        ratio = np.where(q > 0, p_sorted / q, np.inf)
     beta = _series_table(top, MOST_TERMS)
     # masses that stay foldable at the largest node need no sort (:func:`_segment_power_sums`)
     log_largest_node = math.log(t_lo / scale) + (num_nodes - 1) * h
@@ -740,7 +758,7 @@ def sequential_prefix_minimum(
         lower = [
             cum_p[starts]
             - known[k, ends]
-            + np.minimum(ratio[starts] / (growth[k] * reach ** (int(n) - 1)), 1.0) * rise[k]
+            + np.minimum(ratio_at(starts) / (growth[k] * reach ** (int(n) - 1)), 1.0) * rise[k]
             for k, n in enumerate(integrated)
         ]
         chosen = np.flatnonzero(

@@ -68,6 +68,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from otbound._sorting import stable_argsort
 from otbound.verifiers._step_cache import ratio_order
 from otbound.verifiers.base import BaseVerifier, residual, sample_tokens
 
@@ -543,7 +544,7 @@ def _acceptance_two(p: np.ndarray, q: np.ndarray) -> float:
     miss, ratio, mass, draft = _two_prepare(p, q)
     if miss <= 0.0:
         return 1.0
-    return float(_two_sum(p, q, miss, ratio, mass, draft, np.argsort(ratio)))
+    return float(_two_sum(p, q, miss, ratio, mass, draft, stable_argsort(ratio)))
 
 
 def _acceptance_enumerated(p: np.ndarray, q: np.ndarray, n: int) -> float:

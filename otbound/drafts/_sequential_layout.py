@@ -1,0 +1,130 @@
+r"""The ``O(V)`` passes of the without-replacement prefix sweep, compiled.
+
+:func:`otbound.drafts._sequential_mass.sequential_prefix_minimum` starts every row with a few
+passes over the tokens in sweep order: the prefix and suffix sums, the count of positive
+masses, the ``n = 2`` closed form and the largest masses of the growth bound. As numpy
+expressions they are a dozen passes and temporaries; here they are three loops. Each sum is
+taken in numpy's order (``np.cumsum`` is sequential), so every value is the numpy one's bit
+for bit; where a value needs numpy's checks (a mass outside ``[0, 1]`` beyond rounding, a
+NaN, an overflow of the odds) the kernels report it and the caller takes the numpy path,
+which raises or integrates as before.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from otbound._checks import ROUNDING_TOLERANCE
+
+__all__ = [
+    "PAIRS_CHECK",
+    "PAIRS_FOUND",
+    "PAIRS_INTEGRATE",
+    "largest_masses",
+    "pairs_minimum",
+    "prefix_sums",
+]
+
+#: :func:`pairs_minimum` found the ``n = 2`` minimum.
+PAIRS_FOUND = 0
+#: Some odds overflowed: the caller integrates ``n = 2`` instead.
+PAIRS_INTEGRATE = 1
+#: A mass left ``[0, 1]`` by more than rounding, or a NaN: the caller's numpy path raises.
+PAIRS_CHECK = 2
+
+
+@numba.njit(cache=True)
+def prefix_sums(p, q):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """``(cum_p, suffix, positives)``, each of shape (V + 1,), for ``p``, ``q`` in sweep order.
+
+    ``cum_p[i] = Σ_{j<i} p_j`` and ``suffix[i] = Σ_{j≥i} q_j`` (summed from the end, as
+    ``np.cumsum(q[::-1])[::-1]``), ``positives[i] = #{j < i: q_j > 0}``.
+    """
+    size = q.shape[0]
+    cum_p = np.zeros(size + 1)
+    suffix = np.zeros(size + 1)
+    positives = np.zeros(size + 1, dtype=np.int64)
+    total = 0.0
+    for i in range(size - 1, -1, -1):
+        total += q[i]
+        suffix[i] = total
+    total = 0.0
+    count = 0
+    for i in range(size):
+        total += p[i]
+        cum_p[i + 1] = total
+        count += q[i] > 0.0
+        positives[i + 1] = count
+    return cum_p, suffix, positives
+
+
+@numba.njit(cache=True, error_model="numpy")  # q / 0 is inf, as in numpy
+def pairs_minimum(q, suffix, positives, cum_p, columns):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    r"""``min(0, min_i [p(H_i) − Q_2(H_i)])`` over the prefix lengths ``columns`` (ascending).
+
+    ``Q_2`` is :func:`~otbound.drafts._sequential_mass._closed_form_mass` for ``n = 2``
+    (``1 − λ (1 + Σ_{x∈H} q_x / (1 − q_x))``, ``1 − q_x`` a prefix plus a suffix sum), 0
+    where the prefix holds fewer than two positive masses and 1 where nothing is left
+    outside it, clipped into ``[0, 1]`` where out by rounding.
+
+    Returns
+    -------
+    status : int
+        :data:`PAIRS_FOUND`, :data:`PAIRS_INTEGRATE` (a mass is not finite) or
+        :data:`PAIRS_CHECK` (out of ``[0, 1]`` beyond rounding, or a NaN).
+    gap : float
+    index : int
+        The first prefix length attaining ``gap`` (0 when ``gap = 0``).
+    """
+    size = q.shape[0]
+    mass = np.empty(size + 1)
+    before = 0.0
+    odds = 0.0
+    mass[0] = 1.0 - suffix[0] * (1.0 + odds)
+    for i in range(size):
+        rest = before + suffix[i + 1]
+        odds += q[i] / rest if q[i] > 0.0 else 0.0
+        before += q[i]
+        mass[i + 1] = 1.0 - suffix[i + 1] * (1.0 + odds)
+    gap = 0.0
+    index = 0
+    best = np.inf
+    where = 0
+    found = False
+    for k in range(columns.shape[0]):
+        i = columns[k]
+        value = mass[i]
+        if positives[i] < 2:
+            value = 0.0
+        elif not suffix[i] > 0.0:
+            value = 1.0
+        if not np.isfinite(value):
+            return PAIRS_INTEGRATE, 0.0, 0
+        if value != value or max(0.0 - value, value - 1.0) > ROUNDING_TOLERANCE:
+            return PAIRS_CHECK, 0.0, 0  # clip_rounding's test, which raises
+        value = min(max(value, 0.0), 1.0)
+        difference = cum_p[i] - value
+        if difference != difference:
+            return PAIRS_CHECK, 0.0, 0
+        if not found or difference < best:
+            best, where, found = difference, i, True
+    if found and best < gap:
+        gap, index = best, where
+    return PAIRS_FOUND, gap, index
+
+
+@numba.njit(cache=True)
+def largest_masses(q, most):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """The ``most`` largest entries of ``q``, descending (``most <= q.size``): what
+    ``np.sort(np.partition(q, q.size - most)[q.size - most:])[::-1]`` gives, in one pass."""
+    top = np.full(most, -np.inf)
+    for i in range(q.shape[0]):
+        value = q[i]
+        if most > 0 and value > top[most - 1]:
+            k = most - 1
+            while k > 0 and top[k - 1] < value:
+                top[k] = top[k - 1]
+                k -= 1
+            top[k] = value
+    return top
