@@ -22,7 +22,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["stable_argsort"]
+__all__ = ["INSERTION_LIMIT", "bucket_argsort", "stable_argsort"]
 
 #: Buckets up to this size are sorted by insertion; larger ones by merge sort.
 INSERTION_LIMIT = 24
@@ -63,7 +63,8 @@ def _sort_bucket(order, bits, start, stop):  # type: ignore[no-untyped-def]  # p
 
 
 @numba.njit(cache=True)
-def _bucket_argsort(key):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+def bucket_argsort(key):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """:func:`stable_argsort` of a contiguous float64 ``key``, callable from compiled code."""
     size = key.shape[0]
     order = np.empty(size, dtype=np.int64)
     if size == 0:
@@ -101,5 +102,5 @@ def stable_argsort(key: np.ndarray) -> np.ndarray:
     >>> stable_argsort(np.array([0.5, 0.1, 0.5, 0.1])).tolist()
     [1, 3, 0, 2]
     """
-    order: np.ndarray = _bucket_argsort(np.ascontiguousarray(key, dtype=np.float64))
+    order: np.ndarray = bucket_argsort(np.ascontiguousarray(key, dtype=np.float64))
     return order

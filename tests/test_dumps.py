@@ -1063,3 +1063,18 @@ def test_writer_refuses_a_directory_that_is_not_a_dump(tmp_path: Path) -> None:
     with pytest.raises(FileExistsError, match="not empty"):
         od.DumpWriter(tmp_path / "d")
     assert os.listdir(tmp_path / "d") == ["other.txt"]
+
+
+def test_float16_logits_convert_as_numpy_does_for_every_pattern():
+    """All 65,536 float16 bit patterns (zeros, subnormals, normals, infinities, NaNs with
+    their payloads) give numpy's float32 bit patterns, in any shape."""
+    from otbound.dumps._format import from_storage
+
+    every = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
+    got = from_storage(every, "float16")
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got.view(np.uint32), every.astype(np.float32).view(np.uint32))
+    grid = every.reshape(256, 256)[:, ::3]  # not contiguous
+    np.testing.assert_array_equal(
+        from_storage(grid, "float16").view(np.uint32), grid.astype(np.float32).view(np.uint32)
+    )

@@ -33,6 +33,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from otbound._sorting import INSERTION_LIMIT, bucket_argsort
+
 __all__ = ["MANTISSA_BITS", "bucket_row", "product_lower_bound", "sort_buckets"]
 
 #: Mantissa bits kept: buckets are ``2**-6`` (1.6 %) wide in ratio.
@@ -227,13 +229,24 @@ def product_lower_bound(cum_q: np.ndarray, tops: np.ndarray, n: int) -> np.ndarr
 
 @numba.njit(cache=True)
 def sort_bucket(order, ratio, a, e):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
-    """Sort ``order[a:e]`` in place by ``ratio`` of its tokens (stable: ties keep their order)."""
-    if e - a > 1:
+    """Sort ``order[a:e]`` in place by ``ratio`` of its tokens (stable: ties keep their order):
+    an insertion sort for a few tokens, :func:`otbound._sorting.stable_argsort`'s bucket sort
+    for more."""
+    if e - a <= INSERTION_LIMIT:
+        for i in range(a + 1, e):
+            token = order[i]
+            value = ratio[token]
+            j = i - 1
+            while j >= a and ratio[order[j]] > value:
+                order[j + 1] = order[j]
+                j -= 1
+            order[j + 1] = token
+    else:
         block = order[a:e].copy()
         keys = np.empty(e - a)
         for k in range(e - a):
             keys[k] = ratio[block[k]]
-        rank = np.argsort(keys, kind="mergesort")
+        rank = bucket_argsort(keys)
         for k in range(e - a):
             order[a + k] = block[rank[k]]
 

@@ -77,8 +77,15 @@ def _left_weight(lam: np.ndarray, t_lo: float, h: float) -> np.ndarray:
     Expanding ``e^{−x}`` gives ``h Σ_m (−1)^m (λ t_lo)^{m+1} / (m! (e^{h(m+1)} − 1))``; with
     ``λ t_lo ≤ 1`` sixty terms are exact to rounding.
     """
+    return _left_weight_kernel(np.ascontiguousarray(lam, dtype=np.float64), t_lo, h, _inverse(h))
+
+
+@functools.lru_cache(maxsize=8)
+def _inverse(h: float) -> np.ndarray:
+    """``1 / (e^{h(m+1)} − 1)`` for ``m < 60`` (kept per ``h``, read-only)."""
     inverse = np.array([1.0 / math.expm1(h * (m + 1)) for m in range(60)])
-    return _left_weight_kernel(np.ascontiguousarray(lam, dtype=np.float64), t_lo, h, inverse)
+    inverse.setflags(write=False)
+    return inverse
 
 
 @numba.njit(cache=True)
@@ -254,6 +261,10 @@ SMALL_RATE = 0.05
 MOST_TERMS = 18
 #: Bound on the truncation error of each log-coefficient of a block update.
 SERIES_TOLERANCE = 1e-19
+#: A small token's powers ``(q_x / q_max)^r`` stop once below this: ``σ_r ≥ 1`` (the largest
+#: token adds 1) and the powers left fall geometrically (``q_x / q_max < 0.1`` there), so the
+#: power sums move by less than ``V · 1e-30`` relative, far below ``SERIES_TOLERANCE``.
+POWER_FLOOR = 1e-30
 #: Segments of at most this many tokens are swept token by token (a fold costs more).
 FOLD_MIN = 16
 #: Each refinement cuts a segment into this many.
@@ -332,6 +343,8 @@ def _segment_power_sums(
                     for r in range(terms):
                         power *= ratio
                         sigma[low - 1, r] += power
+                        if power < POWER_FLOOR:
+                            break
             previous = largest
         for k in range(low, stop):
             value = rising[k]

@@ -75,7 +75,9 @@ def from_storage(values: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "bfloat16":
         return bf16_bits_to_float32(values)
     if dtype == "float16":
-        return np.asarray(values, dtype=np.float32)
+        from otbound.dumps._half import float16_to_float32  # numba
+
+        return float16_to_float32(values)
     return values
 
 
