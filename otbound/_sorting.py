@@ -22,7 +22,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["INSERTION_LIMIT", "bucket_argsort", "stable_argsort"]
+__all__ = ["INSERTION_LIMIT", "bucket_argsort", "insertion_sort", "stable_argsort"]
 
 #: Buckets up to this size are sorted by insertion; larger ones by merge sort.
 INSERTION_LIMIT = 24
@@ -41,17 +41,23 @@ def _ordered_bits(key):  # type: ignore[no-untyped-def]  # pragma: no cover - co
 
 
 @numba.njit(cache=True)
+def insertion_sort(order, key, start, stop):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """Sort ``order[start:stop]`` in place by ``key[order[i]]``, stably (for a few tokens)."""
+    for i in range(start + 1, stop):
+        token = order[i]
+        value = key[token]
+        j = i - 1
+        while j >= start and key[order[j]] > value:
+            order[j + 1] = order[j]
+            j -= 1
+        order[j + 1] = token
+
+
+@numba.njit(cache=True)
 def _sort_bucket(order, bits, start, stop):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """Sort ``order[start:stop]`` by ``bits`` in place, stably."""
     if stop - start <= INSERTION_LIMIT:
-        for i in range(start + 1, stop):
-            token = order[i]
-            value = bits[token]
-            j = i - 1
-            while j >= start and bits[order[j]] > value:
-                order[j + 1] = order[j]
-                j -= 1
-            order[j + 1] = token
+        insertion_sort(order, bits, start, stop)
         return
     block = order[start:stop].copy()
     keys = np.empty(stop - start, dtype=np.uint64)

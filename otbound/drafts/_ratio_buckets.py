@@ -33,7 +33,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from otbound._sorting import INSERTION_LIMIT, bucket_argsort
+from otbound._sorting import INSERTION_LIMIT, bucket_argsort, insertion_sort
 
 __all__ = ["MANTISSA_BITS", "bucket_row", "product_lower_bound", "sort_buckets"]
 
@@ -233,14 +233,7 @@ def sort_bucket(order, ratio, a, e):  # type: ignore[no-untyped-def]  # pragma: 
     an insertion sort for a few tokens, :func:`otbound._sorting.stable_argsort`'s bucket sort
     for more."""
     if e - a <= INSERTION_LIMIT:
-        for i in range(a + 1, e):
-            token = order[i]
-            value = ratio[token]
-            j = i - 1
-            while j >= a and ratio[order[j]] > value:
-                order[j + 1] = order[j]
-                j -= 1
-            order[j + 1] = token
+        insertion_sort(order, ratio, a, e)
     else:
         block = order[a:e].copy()
         keys = np.empty(e - a)
