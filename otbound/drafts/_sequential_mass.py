@@ -299,18 +299,33 @@ def _series_table(top: int, terms: int) -> np.ndarray:
     return beta
 
 
+def _sigma_rows(vals: np.ndarray, edges: np.ndarray, small_limit: float) -> tuple[np.ndarray, int]:
+    """Where each segment's power sums start in ``sigma`` (:func:`_segment_power_sums`), and
+    the rows in all: a segment of more than ``FOLD_MIN`` tokens, ``g`` of them at most
+    ``small_limit``, needs one row for its small group and one for each other token; a
+    shorter one none (it is swept token by token)."""
+    lengths = np.diff(edges)
+    if lengths.size == 0 or vals.size == 0:
+        return np.zeros(lengths.size, dtype=np.int64), 0
+    small = np.add.reduceat((vals <= small_limit).astype(np.int64), edges[:-1])
+    needed = np.where(lengths > FOLD_MIN, lengths - small + 1, 0)
+    starts = np.concatenate(([0], np.cumsum(needed)))
+    return starts[:-1], int(starts[-1])
+
+
 @numba.njit(cache=True, parallel=True)
 def _segment_power_sums(
-    vals, edges, terms, small_limit, rising, sigma, small_count
+    vals, edges, terms, small_limit, rising, sigma, rows, small_count
 ):  # pragma: no cover - compiled
     """Per segment ``[edges[s], edges[s+1])`` of ``vals``: its masses laid out for :func:`_fold`.
 
     The ``g`` masses at most ``small_limit`` (``small_count[s] = g``) come first, in any order
     but with their largest last; they are folded at every node (``small_limit · t`` stays at
     most ``SMALL_RATE`` on the whole grid), so they need no sort. The others follow in
-    ascending order (``rising``). At the group's last position and at each later position
-    ``k``, ``σ_r = Σ_{j ≤ k} (q_j / q_k)^r`` for ``r = 1..terms`` (``sigma[k, r−1]``; 0 where
-    ``q_k = 0``); the group's other positions are never read.
+    ascending order (``rising``). At the group's last position ``g_s − 1`` and at each later
+    position ``k``, ``σ_r = Σ_{j ≤ k} (q_j / q_k)^r`` for ``r = 1..terms`` (0 where
+    ``q_k = 0``) in row ``rows[s] + k − (g_s − 1)`` of ``sigma`` (:func:`_sigma_rows`); the
+    group's other positions need none.
     """
     for s in numba.prange(edges.shape[0] - 1):
         start, stop = edges[s], edges[s + 1]
@@ -332,17 +347,18 @@ def _segment_power_sums(
         rising[low:stop] = np.sort(rising[low:stop])
         small_count[s] = low - start
         previous = 0.0
+        base = rows[s] - (low - 1)  # sigma row of position k: base + k
         if low > start:
             rising[at], rising[low - 1] = rising[low - 1], largest
             for r in range(terms):
-                sigma[low - 1, r] = 0.0
+                sigma[base + low - 1, r] = 0.0
             if largest > 0.0:
                 for k in range(start, low):
                     ratio = rising[k] / largest
                     power = 1.0
                     for r in range(terms):
                         power *= ratio
-                        sigma[low - 1, r] += power
+                        sigma[base + low - 1, r] += power
                         if power < POWER_FLOOR:
                             break
             previous = largest
@@ -352,8 +368,8 @@ def _segment_power_sums(
             power = 1.0
             for r in range(terms):
                 power *= ratio
-                carried = sigma[k - 1, r] if k > start else 0.0
-                sigma[k, r] = (1.0 + power * carried) if value > 0.0 else 0.0
+                carried = sigma[base + k - 1, r] if k > start else 0.0
+                sigma[base + k, r] = (1.0 + power * carried) if value > 0.0 else 0.0
             previous = value
 
 
@@ -450,6 +466,7 @@ def _segment_mass(
     edges,
     rising,
     sigma,
+    rows,
     small_count,
     beta,
     start_states,
@@ -477,7 +494,7 @@ def _segment_mass(
     inverse_factorial = np.ones(MOST_TERMS + 3)
     for r in range(1, MOST_TERMS + 3):
         inverse_factorial[r] = inverse_factorial[r - 1] / r
-    folding = sigma.shape[0] == vals.shape[0]
+    folding = sigma.shape[0] > 0
     for chunk in numba.prange(chunks):
         state = np.zeros(top)
         work = np.zeros(top)
@@ -506,7 +523,7 @@ def _segment_mass(
                         if not done:
                             done = _fold(
                                 state,
-                                sigma[split - 1],
+                                sigma[rows[s] + split - group],
                                 rising[split - 1] * t,
                                 beta,
                                 top,
@@ -736,10 +753,13 @@ def sequential_prefix_minimum(
         vals = q[idx] * scale
         rising = np.empty(vals.size)
         longest = int(np.max(ends - starts))
-        sigma = np.empty((vals.size if longest > 1 else 0, MOST_TERMS))
+        rows, total = _sigma_rows(vals, edges, small_limit)
+        sigma = np.empty((total, MOST_TERMS))
         small_count = np.zeros(edges.size - 1, dtype=np.int64)
         if longest > 1:
-            _segment_power_sums(vals, edges, MOST_TERMS, small_limit, rising, sigma, small_count)
+            _segment_power_sums(
+                vals, edges, MOST_TERMS, small_limit, rising, sigma, rows, small_count
+            )
         remaining, stored = _segment_mass(
             vals,
             suffix[idx + 1] * scale,
@@ -751,6 +771,7 @@ def sequential_prefix_minimum(
             edges,
             rising,
             sigma,
+            rows,
             small_count,
             beta,
             states,
