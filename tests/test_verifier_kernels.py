@@ -264,3 +264,42 @@ def test_importance_conditional_equals_the_numpy_values(design):
             got = v._conditional(p, qq, n, 3_000, np.random.default_rng(n))
             want = _conditional_reference(v, p, qq, n, 3_000, np.random.default_rng(n))
             np.testing.assert_allclose(got, want, rtol=0, atol=1e-15, err_msg=f"{kind} {n}")
+
+
+def test_rrs_rejection_rates_are_the_residual_chains_bit_for_bit():
+    """The compiled chain of RRS's rejection rates against numpy's ``residual_chain``: Zipf
+    rows, rows where the residual empties (``p = q``, a draft on one token) and ``n`` to 16."""
+    from otbound.verifiers._rejection_kernels import rejection_rates
+    from otbound.verifiers.rrs import residual_chain
+
+    rng = np.random.default_rng(21)
+    rows = []
+    for vocab in (1, 2, 7, 300, 5000):
+        p = rng.dirichlet(np.full(vocab, 0.3))
+        q = rng.dirichlet(np.full(vocab, 0.3))
+        rows += [(p, q), (p, p.copy()), (p, np.eye(vocab)[0])]
+    for p, q in rows:
+        for n in (1, 2, 3, 8, 16):
+            want = residual_chain(p, q, n)[1]
+            got = rejection_rates(p, q, n)
+            np.testing.assert_array_equal(got.view(np.uint64), want.view(np.uint64))
+
+
+def test_single_draft_formula_is_numpys_bit_for_bit():
+    """The compiled single-draft acceptance against the numpy expressions it replaces, with a
+    draft holding all the mass on one token (``q = 1``: ``log1p(−1) = −inf``)."""
+    from otbound.verifiers._rejection_kernels import single_acceptance
+
+    def numpy_formula(p, q, n):
+        excess = np.maximum(p - q, 0.0)
+        with np.errstate(divide="ignore"):
+            hit = -np.expm1((n - 1) * np.log1p(-np.minimum(q, 1.0)))
+        return (1.0 - excess.sum()) + float(np.sum(excess * hit))
+
+    rng = np.random.default_rng(22)
+    for vocab in (1, 2, 7, 300, 5000):
+        p = rng.dirichlet(np.full(vocab, 0.3))
+        for q in (rng.dirichlet(np.full(vocab, 0.3)), p.copy(), np.eye(vocab)[-1]):
+            for n in (2, 3, 8, 40):
+                want, got = numpy_formula(p, q, n), single_acceptance(p, q, n)
+                assert np.float64(got).view(np.uint64) == np.float64(want).view(np.uint64)

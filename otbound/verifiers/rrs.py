@@ -49,8 +49,10 @@ class RecursiveRejection(BaseVerifier):
     default_design = "iid"
 
     def _acceptance(self, p: np.ndarray, q: np.ndarray, n: int) -> float | None:
-        _, miss = residual_chain(p, q, n)
-        return 1.0 - float(np.prod(miss))
+        from otbound.verifiers._rejection_kernels import rejection_rates  # numba
+
+        miss = rejection_rates(np.ascontiguousarray(p), np.ascontiguousarray(q), n)
+        return 1.0 - float(np.prod(miss))  # the rates of residual_chain, bit for bit
 
     def _verify_one(
         self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
