@@ -1069,12 +1069,28 @@ def test_float16_logits_convert_as_numpy_does_for_every_pattern():
     """All 65,536 float16 bit patterns (zeros, subnormals, normals, infinities, NaNs with
     their payloads) give numpy's float32 bit patterns, in any shape."""
     from otbound.dumps._format import from_storage
+    from otbound.dumps._half import float16_to_float32
 
     every = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
-    got = from_storage(every, "float16")
-    assert got.dtype == np.float32
-    np.testing.assert_array_equal(got.view(np.uint32), every.astype(np.float32).view(np.uint32))
     grid = every.reshape(256, 256)[:, ::3]  # not contiguous
-    np.testing.assert_array_equal(
-        from_storage(grid, "float16").view(np.uint32), grid.astype(np.float32).view(np.uint32)
+    for convert in (float16_to_float32, lambda values: from_storage(values, "float16")):
+        got = convert(every)
+        assert got.dtype == np.float32
+        want = every.astype(np.float32)
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+        want = grid.astype(np.float32)
+        np.testing.assert_array_equal(convert(grid).view(np.uint32), want.view(np.uint32))
+
+
+def test_float16_logits_take_numpys_conversion_until_numba_is_loaded():
+    """Reading a small float16 dump in a fresh process does not load numba (numpy converts);
+    the values are the same bits either way (the test above)."""
+    import subprocess
+
+    code = (
+        "import sys, numpy as np\n"
+        "from otbound.dumps._format import from_storage\n"
+        "out = from_storage(np.ones((4, 8), dtype=np.float16), 'float16')\n"
+        "assert out.dtype == np.float32 and 'numba' not in sys.modules\n"
     )
+    subprocess.run([sys.executable, "-c", code], check=True)

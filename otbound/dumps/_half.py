@@ -5,7 +5,9 @@ sign moves from bit 15 to bit 31, a normal number's exponent is rebased from bia
 and its 10 mantissa bits move up by 13; a subnormal (exponent 0) is ``mantissa · 2^-24``,
 exact in float32; infinities and NaNs (exponent 31) keep their mantissa bits, as numpy's
 ``astype(np.float32)`` does. ``tests/test_dumps.py`` checks all 65,536 patterns against
-numpy's conversion.
+numpy's conversion. :func:`otbound.dumps._format.from_storage` takes this path where numba
+is loaded already (every analysis loads it) or the array is very large; elsewhere numpy's
+conversion costs less than loading numba.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ import numpy as np
 __all__ = ["float16_to_float32"]
 
 
-@numba.njit(cache=True, parallel=True)
+@numba.njit(cache=True)
 def _convert(half, bits):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """``bits[i]``: the float32 bit pattern of the float16 pattern ``half[i]``."""
-    for i in numba.prange(half.shape[0]):
+    for i in range(half.shape[0]):
         h = np.uint32(half[i])
         sign = (h & np.uint32(0x8000)) << np.uint32(16)
         exponent = (h >> np.uint32(10)) & np.uint32(0x1F)
