@@ -60,6 +60,10 @@ RIGHT_TAIL = 40.0
 LEFT_TOLERANCE = 1e-17
 #: A node's recursion stops once ``P[N < n]`` falls below this.
 NEGLIGIBLE = 1e-30
+#: Inside a block the node's ``P[N < max n]`` is checked after every this many tokens (an
+#: excluded run of buckets is one block of up to ``V`` tokens; at the largest nodes its first
+#: tokens already make the rest negligible).
+DEATH_CHECK = 32
 #: The largest node ``t`` of the grid; beyond, the rates are rescaled (see the code).
 LARGEST_TIME = 1e300
 _LN2 = math.log(2.0)
@@ -427,6 +431,15 @@ def _fold(state, sums, u, beta, top, work, gen, inverse_factorial):  # pragma: n
 
 
 @numba.njit(cache=True, inline="always")
+def _negligible(state, top):  # pragma: no cover - compiled
+    """Whether ``P[N < max n]`` (the sum of ``state``) is below ``NEGLIGIBLE``."""
+    below = 0.0
+    for k in range(top):
+        below += state[k]
+    return below < NEGLIGIBLE
+
+
+@numba.njit(cache=True, inline="always")
 def _record(acc, state, counts, weight, column):  # pragma: no cover - compiled
     """Add ``weight · P[N < n]`` for each ``n`` to ``acc[:, column]``; return ``P[N < max n]``."""
     below = 0.0
@@ -531,8 +544,16 @@ def _segment_mass(
                                 gen,
                                 inverse_factorial,
                             )
-                        for k in range(split if done else start, stop):
+                        first = split if done else start
+                        dead = _negligible(state, top)
+                        for k in range(first, stop):
+                            if dead:
+                                break
                             _fire(state, rising[k], t, top)
+                            if (k - first) % DEATH_CHECK == DEATH_CHECK - 1:
+                                dead = _negligible(state, top)
+                        if dead:  # as the break below, inside the segment: nothing to add
+                            break
                     else:
                         for k in range(start, stop):
                             _fire(state, vals[k], t, top)
