@@ -45,6 +45,7 @@ import numba
 import numpy as np
 
 from otbound._checks import clip_rounding
+from otbound._sorting import bucket_argsort
 from otbound.drafts._sequential_layout import (
     PAIRS_FOUND,
     largest_masses,
@@ -348,7 +349,10 @@ def _segment_power_sums(
             else:
                 high -= 1
                 rising[high] = value
-        rising[low:stop] = np.sort(rising[low:stop])
+        others = rising[low:stop].copy()  # ascending: the bucket sort (numba's is slower)
+        ranks = bucket_argsort(others)
+        for i in range(stop - low):
+            rising[low + i] = others[ranks[i]]
         small_count[s] = low - start
         previous = 0.0
         base = rows[s] - (low - 1)  # sigma row of position k: base + k
