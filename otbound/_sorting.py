@@ -9,7 +9,9 @@ A most-significant-digit bucket sort on the key's IEEE-754 bits:
    is the key order.
 3. Inside each bucket the tokens are sorted by ``u``, stably: an insertion sort for small
    buckets (the usual case: keys spread over their bits), numba's merge sort for large ones
-   (a key range dominated by a few far outliers), so no input is worse than ``O(V log V)``.
+   (a key range dominated by a few far outliers), so no input is worse than ``O(V log V)``;
+   a large bucket already in order (one tied key: logits rounded to float16 give runs of
+   equal ratios) is left as it is.
 
 Equal keys (``u`` equal) keep their token order at every step, so the result is
 ``np.argsort(key, kind="stable")`` element for element. ``benchmarks/bench_argsort.py``
@@ -58,6 +60,11 @@ def _sort_bucket(order, bits, start, stop):  # type: ignore[no-untyped-def]  # p
     """Sort ``order[start:stop]`` by ``bits`` in place, stably."""
     if stop - start <= INSERTION_LIMIT:
         insertion_sort(order, bits, start, stop)
+        return
+    for i in range(start + 1, stop):  # already in order (tied keys, as rounded logits give)?
+        if bits[order[i]] < bits[order[i - 1]]:
+            break
+    else:
         return
     block = order[start:stop].copy()
     keys = np.empty(stop - start, dtype=np.uint64)
