@@ -317,8 +317,9 @@ def _laid_out(fig: Figure, dpi: float) -> Iterator[None]:
         if engine is not None:
             engine.execute(fig)
             # ``None`` is "no engine" unless the rc settings ask for one: they must not here
-            off = {"figure.autolayout": False, "figure.constrained_layout.use": False}
-            with mpl.rc_context(off):
+            with mpl.rc_context(
+                {"figure.autolayout": False, "figure.constrained_layout.use": False}
+            ):
                 fig.set_layout_engine(None)
         yield
     finally:
