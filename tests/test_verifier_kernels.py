@@ -285,9 +285,11 @@ def test_rrs_rejection_rates_are_the_residual_chains_bit_for_bit():
             np.testing.assert_array_equal(got.view(np.uint64), want.view(np.uint64))
 
 
-def test_single_draft_formula_is_numpys_bit_for_bit():
+def test_single_draft_formula_is_numpys_to_rounding():
     """The compiled single-draft acceptance against the numpy expressions it replaces, with a
-    draft holding all the mass on one token (``q = 1``: ``log1p(−1) = −inf``)."""
+    draft holding all the mass on one token (``q = 1``: ``log1p(−1) = −inf``): the same sums
+    in the same order, so only the C library's ``log1p``/``expm1`` against numpy's (an ulp
+    on rare inputs) can move a value."""
     from otbound.verifiers._rejection_kernels import single_acceptance
 
     def numpy_formula(p, q, n):
@@ -302,4 +304,4 @@ def test_single_draft_formula_is_numpys_bit_for_bit():
         for q in (rng.dirichlet(np.full(vocab, 0.3)), p.copy(), np.eye(vocab)[-1]):
             for n in (2, 3, 8, 40):
                 want, got = numpy_formula(p, q, n), single_acceptance(p, q, n)
-                assert np.float64(got).view(np.uint64) == np.float64(want).view(np.uint64)
+                assert got == pytest.approx(want, rel=0, abs=4e-16)

@@ -1,8 +1,10 @@
-"""The closed forms of the rejection verifiers (single draft, RRS), compiled, bit for bit.
+"""The closed forms of the rejection verifiers (single draft, RRS), compiled.
 
 :func:`single_acceptance` is :class:`otbound.verifiers.single.SingleDraft`'s formula without
 its temporaries: the ``log1p`` and ``expm1`` only where ``p > q`` (elsewhere the product is
-``0.0`` whatever they give), the sums pairwise in numpy's order.
+``0.0`` whatever they give), the sums pairwise in numpy's order. Its ``log1p`` and ``expm1``
+are the C library's, which differ from numpy's vectorised ones by an ulp on rare inputs: on
+the sample, 12 of 2,304 values moved by 1.1e-16.
 
 :func:`otbound.verifiers.rrs.residual_chain` builds every residual target with three numpy
 passes and a new array a draft; :func:`rejection_rates` keeps one array of excesses and gets

@@ -47,7 +47,7 @@ class SingleDraft(BaseVerifier):
         from otbound.verifiers._rejection_kernels import single_acceptance  # numba
 
         # β + Σ_y excess_y · hit_y with hit = −expm1((n − 1) log1p(−min(q, 1))), in one
-        # compiled pass with numpy's sums (tests/test_verifier_kernels.py checks the bits)
+        # compiled pass with numpy's sums (tests/test_verifier_kernels.py: equal to rounding)
         return float(single_acceptance(np.ascontiguousarray(p), np.ascontiguousarray(q), n))
 
     def _verify_one(
