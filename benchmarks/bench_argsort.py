@@ -8,30 +8,25 @@ with long tied runs, V = 8,192 to 151,936. Prints milliseconds per sort of both,
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
-from bench_bounds import best_time, lm_like, machine
+from bench_bounds import best_time, lm_like, pairs_table
 
 from otbound._sorting import stable_argsort
 from otbound.logits import softmax
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=20)
-    args = parser.parse_args()
-    print(f"Machine: {machine()}\n")
-    print("| keys | V | numpy stable, ms | stable_argsort, ms | speed-up |")
-    print("|---|---|---|---|---|")
+    repeat = pairs_table(
+        __doc__.splitlines()[0], "keys | V | numpy stable, ms | stable_argsort, ms | speed-up"
+    )
     for vocab in (8_192, 32_000, 151_936):
         target, draft = lm_like(1, vocab, seed=3)
         p, q = softmax(target)[0], softmax(draft)[0]
         keys = {"p / q": p / q, "rounded (ties)": np.round(p / q, 1)}
         for label, key in keys.items():
             assert np.array_equal(stable_argsort(key), np.argsort(key, kind="stable"))
-            before = best_time(lambda key=key: np.argsort(key, kind="stable"), args.repeat)
-            after = best_time(lambda key=key: stable_argsort(key), args.repeat)
+            before = best_time(lambda key=key: np.argsort(key, kind="stable"), repeat)
+            after = best_time(lambda key=key: stable_argsort(key), repeat)
             print(
                 f"| {label} | {vocab:,} | {before * 1e3:.2f} | {after * 1e3:.2f} | "
                 f"{before / after:.2f}x |"

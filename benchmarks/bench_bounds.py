@@ -61,6 +61,18 @@ def best_time(fn: Callable[[], object], repeat: int = 3) -> float:
     return min(times)
 
 
+def pairs_table(description: str, header: str) -> int:
+    """Parse ``--repeat`` (default 20), print the machine and a Markdown table's header
+    (``header``: its columns, ``|``-separated); returns the repeat count."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--repeat", type=int, default=20)
+    args = parser.parse_args()
+    print(f"Machine: {machine()}\n")
+    print(f"| {header} |")
+    print("|" + "---|" * (header.count("|") + 1))
+    return int(args.repeat)
+
+
 def lean_softmax(x: np.ndarray) -> np.ndarray:
     """The cheapest float64 softmax numpy offers: subtract the max, exp in place, divide."""
     y = x - x.max(axis=-1, keepdims=True)

@@ -1,11 +1,12 @@
-"""float16 logits to float32, compiled: numpy's conversion, bit for bit, several times faster.
+"""float16 logits to float32 in one compiled pass: numpy's conversion, bit for bit.
 
 Every float16 is a float32 exactly, so the conversion is a rewrite of the bit pattern: the
 sign moves from bit 15 to bit 31, a normal number's exponent is rebased from bias 15 to 127
 and its 10 mantissa bits move up by 13; a subnormal (exponent 0) is ``mantissa · 2^-24``,
 exact in float32; infinities and NaNs (exponent 31) keep their mantissa bits, as numpy's
 ``astype(np.float32)`` does. ``tests/test_dumps.py`` checks all 65,536 patterns against
-numpy's conversion. :func:`otbound.dumps._format.from_storage` takes this path where numba
+numpy's conversion; ``benchmarks/bench_kernels.py`` times both (2-2.6x).
+:func:`otbound.dumps._format.from_storage` takes this path where numba
 is loaded already (every analysis loads it) or the array is very large; elsewhere numpy's
 conversion costs less than loading numba.
 """

@@ -42,13 +42,13 @@ class SingleDraft(BaseVerifier):
     default_design = "iid"
 
     def _acceptance(self, p: np.ndarray, q: np.ndarray, n: int) -> float | None:
+        excess = np.maximum(p - q, 0.0)
+        beta = 1.0 - excess.sum()
         if n == 1:
-            return float(1.0 - np.maximum(p - q, 0.0).sum())
-        from otbound.verifiers._rejection_kernels import single_acceptance  # numba
-
-        # β + Σ_y excess_y · hit_y with hit = −expm1((n − 1) log1p(−min(q, 1))), in one
-        # compiled pass with numpy's sums (tests/test_verifier_kernels.py: equal to rounding)
-        return float(single_acceptance(np.ascontiguousarray(p), np.ascontiguousarray(q), n))
+            return float(beta)
+        with np.errstate(divide="ignore"):  # q_y = 1: (1 − q_y)^{n−1} = 0
+            hit = -np.expm1((n - 1) * np.log1p(-np.minimum(q, 1.0)))  # 1 − (1 − q_y)^{n−1}
+        return float(beta + float(np.sum(excess * hit)))
 
     def _verify_one(
         self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
