@@ -49,3 +49,13 @@ def coincidence_terms(
     first = np.ones_like(ordered, dtype=bool)
     first[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
     return fail * np.sum(rest[ordered] * first, axis=1)
+
+
+def numpy_accept_rest(p: np.ndarray, induced: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """Importance sampling's per-step pieces as numpy computes them: ``min(1, p / p_I)`` (0
+    off ``p_I``'s support), the residual ``res(p, p_I)`` and ``Σ min(p, p_I)``."""
+    from otbound.verifiers.base import residual
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        accept = np.where(induced > 0, np.minimum(1.0, p / induced), 0.0)
+    return accept, residual(p, induced), np.minimum(p, induced).sum()

@@ -16,7 +16,7 @@ from collections import OrderedDict
 
 import numpy as np
 import pytest
-from kernel_cases import coincidence_terms, kernel_cases
+from kernel_cases import coincidence_terms, kernel_cases, numpy_accept_rest
 from scipy import sparse
 
 from otbound._checks import clip_rounding
@@ -111,9 +111,8 @@ class PreviousImportance(ImportanceSampling):
                 return None
         stages = self.stages(p, q, n)
         induced = self._induced(q, n, stages)
-        accept = np.where(induced > 0, np.minimum(1.0, p / np.where(induced > 0, induced, 1.0)), 0)
-        rest = residual(p, induced)
-        selected = float(np.minimum(p, induced).sum())
+        accept, rest, selected = numpy_accept_rest(p, induced)
+        selected = float(selected)
         if n == 1:
             return selected
         if n == 2:
@@ -143,10 +142,8 @@ class PreviousImportance(ImportanceSampling):
     def _conditional_plan(self, p: np.ndarray, q: np.ndarray, n: int) -> _ConditionalPlan:
         stages = self.stages(p, q, n)
         induced = self._induced(q, n, stages)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            accept = np.where(induced > 0, np.minimum(1.0, p / induced), 0.0)
-        rest = residual(p, induced)
-        selected = float(np.minimum(p, induced).sum())
+        accept, rest, selected = numpy_accept_rest(p, induced)
+        selected = float(selected)
         slots = self._slots(q, n) if q.ndim == 2 else [q]
         cdfs = []
         for d in slots:
@@ -246,11 +243,10 @@ def test_accept_rest_and_cdf_table_equal_numpy():
     for kind, p, q in kernel_cases(25, seed=7, big=BIG):
         for induced in (q, p, np.where(q > 0.5 / q.size, q, 0.0)):
             accept, rest, selected = kernels.accept_rest(p, induced)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                want_accept = np.where(induced > 0, np.minimum(1.0, p / induced), 0.0)
+            want_accept, want_rest, want_selected = numpy_accept_rest(p, induced)
             assert accept.tobytes() == want_accept.tobytes(), kind
-            assert rest.tobytes() == residual(p, induced).tobytes(), kind
-            assert _bits(selected) == _bits(np.minimum(p, induced).sum()), kind
+            assert rest.tobytes() == want_rest.tobytes(), kind
+            assert _bits(selected) == _bits(want_selected), kind
         cdf, guide, last = kernels.cdf_table(q)
         assert cdf.tobytes() == np.cumsum(q).tobytes(), kind
         assert np.array_equal(guide, kernels.guide_table(np.cumsum(q))), kind

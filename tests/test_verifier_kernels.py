@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kernel_cases import coincidence_terms, kernel_cases
+from kernel_cases import coincidence_terms, kernel_cases, numpy_accept_rest
 from scipy import sparse
 
 from otbound.drafts.helpers import inverse_cdf
@@ -19,7 +19,6 @@ from otbound.verifiers import _step_cache as step_cache
 from otbound.verifiers import get_verifier
 from otbound.verifiers import importance as importance_module
 from otbound.verifiers import rrs_without_replacement as rrs_module
-from otbound.verifiers.base import residual
 
 
 def _cases(
@@ -244,10 +243,8 @@ def _conditional_reference(v, p, q, n, trials, rng):
     """The previous ``ImportanceSampling._conditional``: numpy selection probabilities."""
     stages = v.stages(p, q, n)
     induced = v._induced(q, n, stages)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        accept = np.where(induced > 0, np.minimum(1.0, p / induced), 0.0)
-    rest = residual(p, induced)
-    selected = float(np.minimum(p, induced).sum())
+    accept, rest, selected = numpy_accept_rest(p, induced)
+    selected = float(selected)
     slots = v._slots(q, n)
     drafts = np.stack([inverse_cdf(d, rng.random(trials)) for d in slots], axis=1)
     chosen = v.selection_probabilities(drafts, stages)
