@@ -704,14 +704,20 @@ def compare(
     table = _alpha_star_table(batch, ns, star_designs, solver, applies)
     rows: list[dict[str, object]] = []
     skipped: list[tuple[int, int, str, str, str]] = []
+    exacts = {
+        (k, vi): _batch_exact(acceptance, v, k, batch, why[k, d])
+        for k in ns
+        for vi, (v, d) in enumerate(zip(objs, vdesigns, strict=True))
+    }
+    known = _step_values(objs, vdesigns, ns, batch, why, exacts)
     for k in ns:
         for vi, (v, d) in enumerate(zip(objs, vdesigns, strict=True)):
-            exact = _batch_exact(acceptance, v, k, batch, why[k, d])
+            exact = exacts[k, vi]
             for step in range(steps):
                 if why[k, d][step] or exact is None:
                     cell = why[k, d][step] or _verifier_row(
                         v, d, batch.row(step), k, int(ids[step]), float(table[k, d][step]),
-                        trials, seed, vi, level, target_se,
+                        trials, seed, vi, level, target_se, known.get((vi, step)),
                     )  # fmt: skip
                 else:
                     star = float(table[k, d][step])
@@ -763,6 +769,41 @@ def _skipped_frame(records: list[tuple[int, int, str, str, str]]) -> pd.DataFram
     return frame.reset_index(drop=True)
 
 
+def _step_values(
+    objs: list[Any],
+    designs: list[str],
+    ns: list[int],
+    batch: Step,
+    why: dict[tuple[int, str], np.ndarray],
+    exacts: dict[tuple[int, int], np.ndarray | None],
+) -> dict[tuple[int, int], dict[int, float | None]]:
+    """The exact acceptance of each shipped verifier (``(verifier index, step)`` →
+    ``{n: value}``) at every ``n`` of a step where its design applies, the verifier applies and
+    no batch computation serves it, from one :meth:`BaseVerifier.acceptances_of` call per step
+    (the work a step's ``n`` share, done once); a verifier that does not apply at an ``n`` has
+    no entry for it."""
+    known: dict[tuple[int, int], dict[int, float | None]] = {}
+    trusted = [
+        vi
+        for vi, v in enumerate(objs)
+        if _trusts_steps(v, "applies") and _trusts_steps(v, "acceptance")
+    ]
+    if not trusted:
+        return known
+    for step in range(batch.rows):
+        row = batch.row(step)  # one Step a step: its support is counted once
+        for vi in trusted:
+            v, d = objs[vi], designs[vi]
+            ks = [
+                k
+                for k in ns
+                if not why[k, d][step] and exacts[k, vi] is None and v.applies_to(row, k)
+            ]
+            if ks:
+                known[vi, step] = v.acceptances_of(row, ks)
+    return known
+
+
 def _verifier_row(
     v: Any,
     design: str,
@@ -775,17 +816,21 @@ def _verifier_row(
     index: int,
     level: float,
     target_se: float | None = None,
+    known: dict[int, float | None] | None = None,
 ) -> dict[str, object] | str:
     """The verifier's row at one step, or the reason it has none (:data:`SKIP_VERIFIER`,
-    :data:`SKIP_NO_TRIALS`). A shipped verifier takes the validated ``row`` as it is."""
-    if _trusts_steps(v, "applies"):
-        usable = v.applies_to(row, n)
+    :data:`SKIP_NO_TRIALS`). A shipped verifier takes the validated ``row`` as it is;
+    ``known`` holds its exact values at the ``n`` where it applies (:func:`_step_values`)."""
+    if known is not None or _trusts_steps(v, "applies"):
+        usable = n in known if known is not None else v.applies_to(row, n)
     else:
         applies = getattr(v, "applies", None)
         usable = not callable(applies) or applies(row.p, row.q, n)
     if not usable:
         return SKIP_VERIFIER
-    if _trusts_steps(v, "acceptance"):
+    if known is not None:
+        value = known[n]
+    elif _trusts_steps(v, "acceptance"):
         value = v.acceptance_of(row, n)
     else:
         value = v.acceptance(row.p, row.q, n)

@@ -6,6 +6,8 @@ verifiers' ``acceptance`` ...) turn their array arguments into a :class:`Step` w
 rows is validated once however many bounds and verifiers read it (the pattern of scipy's
 ``_clean_inputs`` → ``_LPProblem``). The dataclass constructor itself is the trusted path: it
 checks nothing, and is for arrays that are already valid (slices of a validated ``Step``).
+A ``Step``'s arrays never change after it is made: what is derived from them (:attr:`Step.flat`,
+:attr:`Step.support`, :attr:`Step.ratio_order`) is computed once and kept on the object.
 """
 
 from __future__ import annotations
@@ -85,6 +87,30 @@ class Step:
         """``p`` (B, V) and ``q`` (B, [n,] V) with the batch axes broadcast and flattened,
         and the batch shape (:func:`otbound._checks.broadcast_batch`)."""
         return broadcast_batch(self.p, self.q, 1 if self.slot_axis else 0)
+
+    @cached_property
+    def support(self) -> np.ndarray:
+        """The number of tokens with ``q > 0`` in each row of ``q``, shape ``q.shape[:-1]``
+        (counted once per ``Step``: every verifier and ``n`` that checks a design's limits on
+        this step reads it)."""
+        counts: np.ndarray = np.count_nonzero(self.q > 0, axis=-1)
+        return counts
+
+    @cached_property
+    def ratio_order(self) -> np.ndarray:
+        """The tokens with ``q > 0`` of a one-step ``Step`` by increasing ``p / q``, ties by
+        token id (int64): ``live[np.argsort(p[live] / q[live], kind="stable")]``, sorted once
+        per ``Step`` for every verifier and ``n`` that reads it."""
+        from otbound._sorting import stable_argsort
+
+        if self.p.ndim != 1 or self.q.ndim != 1:
+            raise ValueError(
+                f"ratio_order is defined for one step (p and q of shape (V,)), got "
+                f"{self.p.shape} and {self.q.shape}"
+            )
+        live = np.flatnonzero(self.q > 0)
+        order: np.ndarray = live[stable_argsort(self.p[live] / self.q[live])]
+        return order
 
     @property
     def batch(self) -> tuple[int, ...]:

@@ -467,3 +467,20 @@ def test_compare_raises_errors_of_the_shared_sweep(monkeypatch):
     monkeypatch.setattr(evaluate, "optimal_acceptance_by_n", broken)
     with pytest.raises(ValueError, match="NaN in the shared sweep"):
         compare(P4, Q4, n=(2, 3), verifiers=["rrs_without_replacement"], trials=0)
+
+
+def test_compare_gives_each_shipped_verifier_its_acceptance_bit_for_bit():
+    """compare asks a shipped verifier for every ``n`` of a step at once
+    (:meth:`~otbound.verifiers.base.BaseVerifier.acceptances_of`); each row is still the value
+    of ``acceptance`` alone, on steps large enough for the shared sorts and quadrature."""
+    rng = np.random.default_rng(71)
+    p = rng.dirichlet(np.full(3_000, 0.3), size=3)
+    q = rng.dirichlet(np.full(3_000, 0.3), size=3)
+    names = ["single", "rrs", "rrs_without_replacement", "kseq", "importance", "gls", "topk"]
+    df = compare(p, q, n=(2, 4, 8), verifiers=names, designs=(), trials=0)
+    checked = 0
+    for row in df.itertuples():
+        want = get_verifier(row.verifier).acceptance(p[row.step], q[row.step], row.n)
+        assert row.acceptance == want, (row.verifier, row.n)
+        checked += 1
+    assert checked >= 3 * 3 * 5

@@ -1047,3 +1047,66 @@ def test_importance_ranking_from_hint_is_the_stable_argsort():
             assert np.array_equal(stage.keep_top, ref.keep_top), kind
             assert np.array_equal(stage.induced, ref.induced), kind
             current = ref.induced
+
+
+# -- every n of a step in one call (what compare asks) -----------------------------------------
+
+
+def _several_n_cases(name: str) -> list[tuple[object, np.ndarray, np.ndarray]]:
+    """(verifier, p, q) triples for :func:`test_acceptances_of_equals_acceptance_of_per_n`:
+    the kernel cases with the shipped design, and ``importance`` with one ``q`` per slot."""
+    out: list[tuple[object, np.ndarray, np.ndarray]] = [
+        (get_verifier(name), p, q) for _, p, q in kernel_cases(12, seed=61, big=(3_000, 40))
+    ]
+    if name == "importance":
+        rng = np.random.default_rng(62)
+        slots = rng.dirichlet(np.ones(5), size=3)
+        out.append((get_verifier(name, design="per_slot"), rng.dirichlet(np.ones(5)), slots))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(VERIFIERS))
+def test_acceptances_of_equals_acceptance_of_per_n(name):
+    """One call for several ``n`` (sharing a step's sort, its quadrature pass or its chain of
+    stages) gives each ``n`` the value of :meth:`acceptance_of` alone, bit for bit, and
+    ``None`` where that is ``None``; a repeated ``n`` is answered once."""
+    compared = 0
+    for v, p, q in _several_n_cases(name):
+        step = v.validate_step(p, q)
+        if v.design == "per_slot":
+            ns = [q.shape[0]]
+        else:
+            ns = [k for k in (1, 2, 3, 4, 8, 2) if v.applies_to(step, k)]
+        together = v.acceptances_of(step, ns)
+        assert set(together) == set(ns)
+        for k in ns:
+            alone = v.acceptance_of(v.validate_step(p, q), k)
+            assert together[k] == alone, (name, p.size, k)
+            compared += alone is not None
+    assert compared >= 12
+
+
+def test_acceptances_of_raises_outside_the_limits_and_gives_none_where_not_defined():
+    p, q = np.full(4, 0.25), np.array([0.4, 0.3, 0.2, 0.1])
+    hub = get_verifier("spechub")
+    with pytest.raises(ValueError, match="n=2 only"):
+        hub.acceptances_of(hub.validate_step(p, q), [2, 3])
+    optimal = get_verifier("optimal")
+    wide = np.full(100, 0.01)
+    assert optimal.acceptances_of(optimal.validate_step(wide, wide), [4]) == {4: None}
+
+
+def test_a_step_keeps_its_support_and_ratio_order():
+    from otbound.problem import Step
+
+    for _, p, q in kernel_cases(10, seed=63, big=(5_000,)):
+        step = Step.validate(p, q)
+        live = np.flatnonzero(q > 0)
+        want = live[np.argsort(p[live] / q[live], kind="stable")]
+        assert np.array_equal(step.ratio_order, want)
+        assert step.ratio_order is step.ratio_order  # sorted once
+        assert step.support == live.size
+    batch = Step.validate(np.full((2, 3), 1 / 3), np.full(3, 1 / 3))
+    assert batch.support == 3
+    with pytest.raises(ValueError, match="one step"):
+        _ = batch.ratio_order

@@ -30,7 +30,7 @@ import functools
 import math
 import numbers
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
@@ -357,7 +357,7 @@ class BaseVerifier(ABC):
             raise ValueError(
                 f"verifier {self.name!r} is defined for n={self.fixed_n} only, got n={n}"
             )
-        self._spec.check(step.q, n)
+        self._spec.check_rows(step.q.shape, n, lambda: step.support)
 
     def _validate(self, p: object, q: object, n: object) -> tuple[np.ndarray, np.ndarray, int]:
         """Clean ``p``, ``q`` (one step) and ``n``; raise ``ValueError`` naming the argument."""
@@ -438,6 +438,42 @@ class BaseVerifier(ABC):
             return None
         what = f"acceptance rate of verifier {self.name!r} (n={n})"
         return float(clip_rounding(value, 0.0, 1.0, what))
+
+    def acceptances_of(self, step: Step, ns: Sequence[int]) -> dict[int, float | None]:
+        """:meth:`acceptance_of` for several ``n`` of one validated step, each value the one
+        :meth:`acceptance_of` gives alone.
+
+        A verifier whose exact formula does the same work for every ``n`` of a step (a sort of
+        ``p / q``, a pass over quadrature nodes) does it once here (:meth:`_acceptances`);
+        :func:`otbound.compare` asks for all the ``n`` of a step in one call.
+
+        Parameters
+        ----------
+        step : Step
+            One validated step (as :meth:`applies_to`).
+        ns : sequence of int
+            Validated numbers of drafts.
+
+        Returns
+        -------
+        dict of int to float or None
+            As :meth:`acceptance_of` for each ``n``.
+
+        Raises
+        ------
+        ValueError
+            As :meth:`acceptance_of`, for the first ``n`` that raises.
+        """
+        for n in ns:
+            self._check_limits(step, n)
+        usable = [n for n in dict.fromkeys(ns) if self._applies(step.p, step.q, n)]
+        values = self._acceptances(step, usable) if usable else {}
+        out: dict[int, float | None] = {}
+        for n in ns:
+            value = values.get(n)
+            what = f"acceptance rate of verifier {self.name!r} (n={n})"
+            out[n] = None if value is None else float(clip_rounding(value, 0.0, 1.0, what))
+        return out
 
     def simulate(
         self, p: object, q: object, n: int = 2, trials: int = 100_000, seed: object = 0
@@ -633,6 +669,12 @@ class BaseVerifier(ABC):
     @abstractmethod
     def _acceptance(self, p: np.ndarray, q: np.ndarray, n: int) -> float | None:
         """Exact ``P(Y ∈ x̄)`` on validated inputs, or ``None``."""
+
+    def _acceptances(self, step: Step, ns: Sequence[int]) -> dict[int, float | None]:
+        """:meth:`_acceptance` for each of the distinct ``ns`` (all applying) of one validated
+        step: override to share the work of a step's ``n`` (and what the ``Step`` keeps, such
+        as :attr:`Step.ratio_order`), giving each ``n`` the value :meth:`_acceptance` gives."""
+        return {n: self._acceptance(step.p, step.q, n) for n in ns}
 
     @abstractmethod
     def _verify_one(

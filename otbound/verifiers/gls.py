@@ -80,6 +80,7 @@ import numba
 import numpy as np
 
 from otbound._sorting import stable_argsort
+from otbound.problem import Step
 from otbound.verifiers._step_cache import ratio_order, step_digest
 from otbound.verifiers.base import BaseVerifier
 
@@ -258,7 +259,8 @@ def _node_cuts(g, ts):  # type: ignore[no-untyped-def]  # pragma: no cover - com
 
 @numba.njit(cache=True)
 def _gls_weigh(ns, first, last, k_lo, step, ts, acc):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
-    """``Σ_nodes h n t e^{−nt} miss_n(t)`` over each ``n``'s nodes (``miss_n = acc[n − 1]``)."""
+    """``Σ_nodes h n t e^{−nt} miss_n(t)`` over each ``n``'s nodes (``miss_n = acc[r]`` for
+    ``n = ns[r]``)."""
     r_count = ns.shape[0]
     totals = np.zeros(r_count)
     for node in range(ts.shape[0]):
@@ -267,7 +269,7 @@ def _gls_weigh(ns, first, last, k_lo, step, ts, acc):  # type: ignore[no-untyped
         for r in range(r_count):
             if first[r] <= k <= last[r]:
                 n = ns[r]
-                totals[r] += step * n * t * np.exp(-n * t) * acc[n - 1, node]
+                totals[r] += step * n * t * np.exp(-n * t) * acc[r, node]
     return totals
 
 
@@ -370,21 +372,22 @@ def _small_below(ts, scale, start):  # type: ignore[no-untyped-def]  # pragma: n
 
 
 @numba.njit(cache=True)
-def _gls_fused(ts, cuts, ps, qs, g, gap, inv_slope, acc):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+def _gls_fused(ts, cuts, ps, qs, g, gap, inv_slope, acc, slots):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """:func:`_gls_quadrature_many`'s inner loop for every node at once (the node loop
     innermost: independent accumulators, vectorised), computing its two ``expm1`` itself
     (:func:`_expm1_neg`) instead of calling libm's.
 
     ``ts`` holds the nodes' ``t`` padded (with its last value) to a multiple of 8, ``cuts``
-    one entry a node; ``acc`` (powers, nodes) starts at ``tail_p[cut]`` and gets
-    ``Σ_i p_i (1 − a_i)(1 − b_i)^w`` in row ``w``, each node's terms added in the same order
-    (descending ``i``) and the powers taken by the same repeated multiplications as the
-    one-node loop.
+    one entry a node; ``acc`` (one row per wanted ``n``, nodes) starts at ``tail_p[cut]`` and
+    row ``slots[w]`` gets ``Σ_i p_i (1 − a_i)(1 − b_i)^w`` for each power ``w`` with
+    ``slots[w] ≥ 0`` (``w = n − 1``; the other powers are only multiplied through), each
+    node's terms added in the same order (descending ``i``) and the powers taken by the same
+    repeated multiplications as the one-node loop.
     """
     m = ps.shape[0]
     nodes = cuts.shape[0]
     pad = ts.shape[0]
-    powers = acc.shape[0]
+    powers = slots.shape[0]
     eg = np.empty(pad)
     ea = np.zeros(pad)
     tail = np.zeros(nodes)
@@ -418,14 +421,19 @@ def _gls_fused(ts, cuts, ps, qs, g, gap, inv_slope, acc):  # type: ignore[no-unt
             b = min(q_i * tail[node], 1.0)
             stay[node] = 1.0 - b
             term[node] = p_i * -eg[node]
-        acc0 = acc[0]
-        for node in range(live):
-            acc0[node] += term[node]
-        for w in range(1, powers):
-            row = acc[w]
+        if slots[0] >= 0:
+            acc0 = acc[slots[0]]
             for node in range(live):
-                term[node] *= stay[node]
-                row[node] += term[node]
+                acc0[node] += term[node]
+        for w in range(1, powers):
+            if slots[w] < 0:
+                for node in range(live):
+                    term[node] *= stay[node]
+            else:
+                row = acc[slots[w]]
+                for node in range(live):
+                    term[node] *= stay[node]
+                    row[node] += term[node]
 
 
 #: Least token-node work (``Σ_node cut``) that :func:`_gls_quadrature_fused` splits over
@@ -448,7 +456,7 @@ def _node_splits(cuts: np.ndarray, threads: int) -> np.ndarray:
 
 
 @numba.njit(cache=True, parallel=True)
-def _gls_fused_parallel(ts, cuts, ps, qs, g, gap, inv_slope, acc, splits):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+def _gls_fused_parallel(ts, cuts, ps, qs, g, gap, inv_slope, acc, slots, splits):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """:func:`_gls_fused` with the nodes cut at ``splits`` (multiples of 8), one run a thread.
 
     A node's sums involve no other node, and a run that starts at a multiple of 8 takes the
@@ -459,7 +467,7 @@ def _gls_fused_parallel(ts, cuts, ps, qs, g, gap, inv_slope, acc, splits):  # ty
         hi = splits[run + 1]
         width = hi - lo + (-(hi - lo)) % 8
         part = np.ascontiguousarray(acc[:, lo:hi])
-        _gls_fused(ts[lo : lo + width], cuts[lo:hi], ps, qs, g, gap, inv_slope, part)
+        _gls_fused(ts[lo : lo + width], cuts[lo:hi], ps, qs, g, gap, inv_slope, part, slots)
         acc[:, lo:hi] = part
 
 
@@ -496,30 +504,32 @@ def _gls_quadrature_fused(
     ts = _node_times(k_lo, k_hi, step)
     cuts = _node_cuts(g, ts)
     tail_p = np.concatenate((np.cumsum(ps[::-1])[::-1], [0.0]))
-    powers = int(ns[-1])
-    acc = np.empty((powers, ts.shape[0]))
+    slots = np.full(int(ns[-1]), -1, dtype=np.int64)  # power n − 1 goes to n's row
+    slots[ns - 1] = np.arange(ns.size)
+    acc = np.empty((ns.size, ts.shape[0]))
     acc[:] = tail_p[cuts]
     gap = slope[:-1] * np.diff(rho)
     padded = np.concatenate((ts, np.full(-ts.shape[0] % 8, ts[-1])))
     splits = _node_splits(cuts, numba.get_num_threads())
     if splits.size > 2:
-        _gls_fused_parallel(padded, cuts, ps, qs, g, gap, 1.0 / slope, acc, splits)
+        _gls_fused_parallel(padded, cuts, ps, qs, g, gap, 1.0 / slope, acc, slots, splits)
     else:
-        _gls_fused(padded, cuts, ps, qs, g, gap, 1.0 / slope, acc)
+        _gls_fused(padded, cuts, ps, qs, g, gap, 1.0 / slope, acc, slots)
     totals: np.ndarray = _gls_weigh(ns, first, last, k_lo, step, ts, acc)
     return totals
 
 
 def _gls_prepare(
-    p: np.ndarray, q: np.ndarray
+    p: np.ndarray, q: np.ndarray, order: np.ndarray | None = None
 ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
     """``p(q = 0)``, the tokens with ``q > 0`` sorted by ``ρ`` (``p``, ``q``, ``ρ``), ``G`` at
     the ``ρ``'s, ``G``'s slope after each, and ``K = Σ_j p_j G(ρ_j)``.
 
     Every drafted token shapes ``G`` (``p = 0`` ones weigh nothing); the sort is the one
-    :func:`otbound.verifiers._step_cache.ratio_order` shares with other verifiers.
+    :func:`otbound.verifiers._step_cache.ratio_order` shares with other verifiers (or
+    ``order``, that sort already made: :attr:`otbound.problem.Step.ratio_order`).
     """
-    ids = ratio_order(p, q)  # q > 0, by increasing p / q, ties by token id
+    ids = ratio_order(p, q) if order is None else order  # q > 0, by p / q, ties by token id
     never = float(p[q <= 0].sum())  # output tokens that are never drafted
     rho = p[ids] / q[ids]
     qs = q[ids]
@@ -536,7 +546,12 @@ def _start(n: int, spread: float) -> float:
 
 
 def gls_acceptances(
-    p: np.ndarray, q: np.ndarray, ns: Sequence[int], step: float = QUADRATURE_STEP
+    p: np.ndarray,
+    q: np.ndarray,
+    ns: Sequence[int],
+    step: float = QUADRATURE_STEP,
+    *,
+    order: np.ndarray | None = None,
 ) -> dict[int, float]:
     r"""Exact GLS acceptance for each ``n`` in ``ns`` (:func:`gls_acceptance`), sharing work.
 
@@ -564,7 +579,7 @@ def gls_acceptances(
     wanted = sorted({int(k) for k in ns})
     if not wanted or wanted[0] < 1:
         raise ValueError(f"gls_acceptances needs numbers of drafts >= 1, got {list(ns)}")
-    never, ps, qs, rho, g, slope, spread = _gls_prepare(p, q)
+    never, ps, qs, rho, g, slope, spread = _gls_prepare(p, q, order)
     if spread <= 0.0:  # every G(ρ_j) = 0: slot k* always drafts the output
         return {k: 1.0 - never for k in wanted}
     first = np.array([math.floor(_start(k, spread) / step) for k in wanted], dtype=np.int64)
@@ -724,6 +739,17 @@ class GumbelListCoupling(BaseVerifier):
         if n == 1:
             return gls_match_probability(p, q)
         return self._quadrature_values(p, q, n)[n]
+
+    def _acceptances(self, step: Step, ns: Sequence[int]) -> dict[int, float | None]:
+        """Every ``n ≥ 2`` of the step from one pass over the nodes (:func:`gls_acceptances`,
+        which gives each ``n`` the value it gives alone), on the step's sort, with no digest."""
+        out: dict[int, float | None] = {}
+        if 1 in ns:
+            out[1] = gls_match_probability(step.p, step.q)
+        several = [n for n in ns if n >= 2]
+        if several:
+            out.update(gls_acceptances(step.p, step.q, several, order=step.ratio_order))
+        return out
 
     def _quadrature_values(self, p: np.ndarray, q: np.ndarray, n: int) -> dict[int, float]:
         """:func:`gls_acceptances` for ``n`` and every ``2..SHARED_N`` (``n ≤ 2 SHARED_N``),

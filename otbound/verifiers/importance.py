@@ -59,6 +59,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,6 +69,7 @@ from otbound._checks import clip_rounding
 from otbound._sorting import stable_argsort
 from otbound.bounds import LP_SLACK as _LP_SLACK
 from otbound.bounds import solve_lp
+from otbound.problem import Step
 from otbound.verifiers._step_cache import ByteBudgetCache, compact, step_key
 from otbound.verifiers.base import BaseVerifier, residual, sample_tokens
 
@@ -436,17 +438,36 @@ class ImportanceSampling(BaseVerifier):
 
     # -- the protocol -------------------------------------------------------------------------
     def _acceptance(self, p: np.ndarray, q: np.ndarray, n: int) -> float | None:
+        if not self._enumerable(q, n):
+            return None
+        return self._exact(p, q, n, self.stages(p, q, n))
+
+    def _acceptances(self, step: Step, ns: Sequence[int]) -> dict[int, float | None]:
+        """Every ``n`` of a step with i.i.d. slots from one chain of stages (stage ``k`` of
+        ``n`` is stage ``k`` of any larger ``n``), built here without the caches keyed on the
+        step's bytes; each value is the one :meth:`_acceptance` gives."""
+        p, q = step.p, step.q
+        usable = [n for n in ns if self._enumerable(q, n)]
+        if q.ndim == 2 or not usable:
+            return super()._acceptances(step, ns)
+        chain = self._grow(p, self._slots(q, max(usable)), [])
+        return {n: self._exact(p, q, n, chain[: n - 1]) if n in usable else None for n in ns}
+
+    def _enumerable(self, q: np.ndarray, n: int) -> bool:
+        """Whether the exact value is computed: ``n ≤ 2``, or at most ``MAX_TUPLES`` tuples."""
+        if n < 3:
+            return True
+        if q.ndim == 1:  # i.i.d. slots: one count, multiplied as the loop below would
+            count = float(np.count_nonzero(q > 0))
+            tuples_count = math.prod(count for _ in range(n))
+        else:
+            tuples_count = math.prod(float(np.count_nonzero(s > 0)) for s in self._slots(q, n))
+        return tuples_count <= MAX_TUPLES
+
+    def _exact(self, p: np.ndarray, q: np.ndarray, n: int, stages: list[SelectionStage]) -> float:
+        """The exact acceptance from the ``n − 1`` stages of ``(p, q)``."""
         from otbound.verifiers._importance_kernels import accept_rest
 
-        if n >= 3:
-            if q.ndim == 1:  # i.i.d. slots: one count, multiplied as the loop below would
-                count = float(np.count_nonzero(q > 0))
-                tuples_count = math.prod(count for _ in range(n))
-            else:
-                tuples_count = math.prod(float(np.count_nonzero(s > 0)) for s in self._slots(q, n))
-            if tuples_count > MAX_TUPLES:
-                return None
-        stages = self.stages(p, q, n)
         induced = self._induced(q, n, stages)
         # min(1, p / p_I) (0 off p_I's support), res(p, p_I) and Σ min(p, p_I) in one pass
         accept, rest, selected = accept_rest(p, induced)

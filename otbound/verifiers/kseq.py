@@ -26,10 +26,13 @@ it) has a closed form too: :meth:`KSequential.positional`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numba
 import numpy as np
 
 from otbound._checks import clip_rounding
+from otbound.problem import Step
 from otbound.verifiers._step_cache import ratio_order
 from otbound.verifiers.base import BaseVerifier, sample_tokens
 
@@ -115,6 +118,20 @@ def kseq_rho(p: np.ndarray, q: np.ndarray, n: int) -> float:
     tokens = ratio_order(p, q)
     sums: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = _sorted_sums(p, q, tokens)
     return float(_bisect(*sums, int(n)))
+
+
+def _acceptances(
+    p: np.ndarray, q: np.ndarray, tokens: np.ndarray, ns: Sequence[int]
+) -> dict[int, float | None]:
+    """``1 − (1 − β(ρ*))^n`` for each ``n``, from one sort (``tokens``: :func:`kseq_rho`'s)
+    and one set of prefix sums."""
+    sums: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = _sorted_sums(p, q, tokens)
+    out: dict[int, float | None] = {}
+    for n in ns:
+        rho = float(_bisect(*sums, int(n)))
+        miss = float(np.maximum(q - p / rho, 0.0).sum())
+        out[n] = 1.0 - miss**n
+    return out
 
 
 def _plan(p: np.ndarray, q: np.ndarray, n: int) -> tuple[float, float, np.ndarray]:
@@ -203,9 +220,10 @@ class KSequential(BaseVerifier):
         return out
 
     def _acceptance(self, p: np.ndarray, q: np.ndarray, n: int) -> float | None:
-        rho = kseq_rho(p, q, n)
-        miss = float(np.maximum(q - p / rho, 0.0).sum())
-        return 1.0 - miss**n
+        return _acceptances(p, q, ratio_order(p, q), [n])[n]
+
+    def _acceptances(self, step: Step, ns: Sequence[int]) -> dict[int, float | None]:
+        return _acceptances(step.p, step.q, step.ratio_order, ns)
 
     def _verify_one(
         self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
