@@ -52,6 +52,7 @@ from otbound.drafts._sequential_layout import (
     pairs_minimum,
     prefix_sums,
 )
+from otbound.drafts._sequential_level import LEVEL_SETTLED, level_layout, settle_level
 
 #: Trapezoid step in log time.
 LOG_TIME_STEP = 0.2
@@ -304,20 +305,6 @@ def _series_table(top: int, terms: int) -> np.ndarray:
     return beta
 
 
-def _sigma_rows(vals: np.ndarray, edges: np.ndarray, small_limit: float) -> tuple[np.ndarray, int]:
-    """Where each segment's power sums start in ``sigma`` (:func:`_segment_power_sums`), and
-    the rows in all: a segment of more than ``FOLD_MIN`` tokens, ``g`` of them at most
-    ``small_limit``, needs one row for its small group and one for each other token; a
-    shorter one none (it is swept token by token)."""
-    lengths = np.diff(edges)
-    if lengths.size == 0 or vals.size == 0:
-        return np.zeros(lengths.size, dtype=np.int64), 0
-    small = np.add.reduceat((vals <= small_limit).astype(np.int64), edges[:-1])
-    needed = np.where(lengths > FOLD_MIN, lengths - small + 1, 0)
-    starts = np.concatenate(([0], np.cumsum(needed)))
-    return starts[:-1], int(starts[-1])
-
-
 @numba.njit(cache=True, parallel=True)
 def _segment_power_sums(
     vals, edges, terms, small_limit, rising, sigma, rows, small_count
@@ -329,8 +316,9 @@ def _segment_power_sums(
     most ``SMALL_RATE`` on the whole grid), so they need no sort. The others follow in
     ascending order (``rising``). At the group's last position ``g_s − 1`` and at each later
     position ``k``, ``σ_r = Σ_{j ≤ k} (q_j / q_k)^r`` for ``r = 1..terms`` (0 where
-    ``q_k = 0``) in row ``rows[s] + k − (g_s − 1)`` of ``sigma`` (:func:`_sigma_rows`); the
-    group's other positions need none.
+    ``q_k = 0``) in row ``rows[s] + k − (g_s − 1)`` of ``sigma``
+    (:func:`otbound.drafts._sequential_level.level_layout`); the group's other positions need
+    none.
     """
     for s in numba.prange(edges.shape[0] - 1):
         start, stop = edges[s], edges[s + 1]
@@ -624,21 +612,6 @@ def _growth_bounds(q: np.ndarray, counts: Sequence[int]) -> list[float]:
     return out
 
 
-def _refined(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each segment ``[starts[s], ends[s])`` cut into ``REFINE`` pieces of
-    ``⌈length / REFINE⌉`` tokens (the last one shorter; at least one token each): the pieces'
-    starts and ends, and the group boundaries (segment ``s``'s pieces are
-    ``groups[s]:groups[s+1]``)."""
-    lengths = ends - starts
-    step = -(-lengths // REFINE)
-    pieces = -(-lengths // step)
-    groups = np.concatenate(([0], np.cumsum(pieces)))
-    within = np.arange(groups[-1]) - np.repeat(groups[:-1], pieces)
-    new_starts = np.repeat(starts, pieces) + within * np.repeat(step, pieces)
-    new_ends = np.minimum(new_starts + np.repeat(step, pieces), np.repeat(ends, pieces))
-    return new_starts, new_ends, groups
-
-
 def sequential_prefix_minimum(
     p_sorted: np.ndarray,
     q_sorted: np.ndarray,
@@ -714,11 +687,7 @@ def sequential_prefix_minimum(
         return np.where(live, 1.0 - (remaining + left), np.where(enough, 1.0, 0.0))
 
     columns_valid = np.arange(size + 1) if valid is None else np.flatnonzero(valid)
-
-    def ratio_at(at: np.ndarray) -> np.ndarray:
-        """``p / q`` of the tokens ``at`` (``inf`` where ``q = 0``)."""
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(q[at] > 0, np.asarray(p_sorted)[at] / q[at], np.inf)
+    p_row = np.ascontiguousarray(p_sorted, dtype=np.float64)
 
     stop = size if stop is None else int(stop)
     closed = np.zeros(distinct.size, dtype=bool)
@@ -770,15 +739,13 @@ def sequential_prefix_minimum(
     groups = np.array([0, starts.size])
     states = np.zeros((num_nodes, 1, top))
     states[:, 0, 0] = 1.0
+    growths = np.asarray(growth, dtype=np.float64)
     while starts.size:
         # the level's tokens, segment after segment
-        lengths = ends - starts
-        edges = np.concatenate(([0], np.cumsum(lengths)))
-        idx = np.repeat(starts - edges[:-1], lengths) + np.arange(edges[-1])
-        vals = q[idx] * scale
+        edges, vals, lam_after, rows, total, longest = level_layout(
+            q, suffix, starts, ends, scale, small_limit, FOLD_MIN
+        )
         rising = np.empty(vals.size)
-        longest = int(np.max(ends - starts))
-        rows, total = _sigma_rows(vals, edges, small_limit)
         sigma = np.empty((total, MOST_TERMS))
         small_count = np.zeros(edges.size - 1, dtype=np.int64)
         if longest > 1:
@@ -787,7 +754,7 @@ def sequential_prefix_minimum(
             )
         remaining, stored = _segment_mass(
             vals,
-            suffix[idx + 1] * scale,
+            lam_after,
             integrated,
             t_lo / scale,
             h,
@@ -804,29 +771,37 @@ def sequential_prefix_minimum(
             max(1, min(numba.get_num_threads(), num_nodes)),
         )
         left = _left_weight(suffix[ends], t_lo, h)
-        masses = [exact(int(n), ends, remaining[k], left) for k, n in enumerate(integrated)]
-        for k, mass in enumerate(masses):
-            known[k, ends] = settle(int(slots[k]), ends, mass)
+        # Q at the segment ends, the minimum so far, and the next level: inside a segment
+        # p(H_i) ≥ p(H_s) + r_s m and Q(H_i) ≤ min(Q(H_e), Q(H_s) + K_e m) (m = q(H_i) −
+        # q(H_s)), so p(H_i) − Q(H_i) ≥ p(H_s) − Q(H_e) + min(r_s/K_e, 1) ΔQ with
+        # K_e = q(H_e)^{n−1} K (:func:`_growth_bound`); each candidate is cut into REFINE
+        # pieces (of at least one token)
+        status, chosen, starts, ends, groups = settle_level(
+            starts,
+            ends,
+            remaining,
+            left,
+            positives,
+            cum_p,
+            suffix,
+            p_row,
+            q,
+            integrated,
+            slots,
+            growths,
+            gap,
+            index,
+            known,
+            may_refine,
+            REFINE if longest > 1 else 0,
+            CANDIDATE_SLACK,
+        )
+        if status != LEVEL_SETTLED:  # numpy's checks, which raise
+            for k, n in enumerate(integrated):
+                settle(int(slots[k]), ends, exact(int(n), ends, remaining[k], left))
+            raise AssertionError("settle_level reported a value that numpy's checks passed")
         if longest == 1:
             break
-        # inside a segment: p(H_i) ≥ p(H_s) + r_s m and Q(H_i) ≤ min(Q(H_e), Q(H_s) + K_e m)
-        # (m = q(H_i) − q(H_s)), so p(H_i) − Q(H_i) ≥ p(H_s) − Q(H_e) + min(r_s/K_e, 1) ΔQ;
-        # K_e = q(H_e)^{n−1} K (:func:`_growth_bound`)
-        rise = [np.maximum(known[k, ends] - known[k, starts], 0.0) for k in range(len(masses))]
-        reach = np.minimum(1.0 - suffix[ends] / suffix[0] + 1e-12, 1.0)  # ≥ q(H_e), rounded up
-        lower = [
-            cum_p[starts]
-            - known[k, ends]
-            + np.minimum(ratio_at(starts) / (growth[k] * reach ** (int(n) - 1)), 1.0) * rise[k]
-            for k, n in enumerate(integrated)
-        ]
-        chosen = np.flatnonzero(
-            (ends - starts > 1)
-            & may_refine
-            & np.any([lo < gap[slots[k]] + CANDIDATE_SLACK for k, lo in enumerate(lower)], axis=0)
-        )
-        # each chosen segment cut into REFINE pieces (of at least one token)
-        starts, ends, groups = _refined(starts[chosen], ends[chosen])
         may_refine = np.ones(starts.size, dtype=bool)
         states = stored[:, chosen, :]
     at = np.searchsorted(distinct, wanted)
