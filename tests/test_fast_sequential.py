@@ -352,3 +352,139 @@ def test_largest_masses_are_the_partitions_top():
         for most in range(1, min(q.size, 9) + 1):
             want = np.sort(np.partition(q, q.size - most)[q.size - most :])[::-1]
             np.testing.assert_array_equal(largest_masses(q, most), want)
+
+
+# -- one level's bookkeeping, compiled: the numpy lines' values ----------------------------------
+
+from otbound.drafts import _sequential_mass as mass_module  # noqa: E402
+from otbound.drafts._sequential_level import (  # noqa: E402
+    LEVEL_CHECK,
+    LEVEL_SETTLED,
+    level_layout,
+    settle_level,
+)
+
+
+def _numpy_settle_level(starts, ends, remaining, left, positives, cum_p, suffix, p, q, ns, growth):
+    """The numpy lines :func:`settle_level` replaced (exact masses, the minimum, the candidate
+    test and the cuts into ``REFINE`` pieces), frozen here as its reference."""
+    gap, index = np.zeros(len(ns)), np.zeros(len(ns), dtype=np.int64)
+    known = np.zeros((len(ns), suffix.size))
+    for k, n in enumerate(ns):
+        enough = positives[ends] >= n
+        live = enough & (suffix[ends] > 0)
+        mass = np.where(live, 1.0 - (remaining[k] + left), np.where(enough, 1.0, 0.0))
+        mass = np.clip(mass, 0.0, 1.0)
+        values = cum_p[ends] - mass
+        where = int(np.argmin(values))
+        if values[where] < gap[k]:
+            gap[k], index[k] = values[where], ends[where]
+        known[k, ends] = mass
+    rise = [np.maximum(known[k, ends] - known[k, starts], 0.0) for k in range(len(ns))]
+    reach = np.minimum(1.0 - suffix[ends] / suffix[0] + 1e-12, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(q[starts] > 0, p[starts] / q[starts], np.inf)
+    lower = [
+        cum_p[starts]
+        - known[k, ends]
+        + np.minimum(ratio / (growth[k] * reach ** (n - 1)), 1.0) * rise[k]
+        for k, n in enumerate(ns)
+    ]
+    slack = mass_module.CANDIDATE_SLACK
+    chosen = np.flatnonzero(
+        (ends - starts > 1) & np.any([lo < gap[k] + slack for k, lo in enumerate(lower)], axis=0)
+    )
+    lengths = ends[chosen] - starts[chosen]
+    step = -(-lengths // mass_module.REFINE)
+    pieces = -(-lengths // step)
+    groups = np.concatenate(([0], np.cumsum(pieces)))
+    within = np.arange(groups[-1]) - np.repeat(groups[:-1], pieces)
+    new_starts = np.repeat(starts[chosen], pieces) + within * np.repeat(step, pieces)
+    new_ends = np.minimum(new_starts + np.repeat(step, pieces), np.repeat(ends[chosen], pieces))
+    return gap, index, known, chosen, new_starts, new_ends, groups
+
+
+def _level_inputs(rng: np.random.Generator, vocab: int, ns: list[int]):
+    p, q = _zipf_pair(rng, vocab)
+    order = np.argsort(_sweep_key(p, q))
+    p, q = p[order], q[order]
+    cum_p, suffix, positives = prefix_sums(p, q)
+    cuts = np.unique(np.concatenate(([0, vocab], rng.integers(1, vocab, vocab // 7))))
+    starts, ends = cuts[:-1], cuts[1:]
+    exact = sequential_prefix_masses(q, ns)[:, ends]
+    left = rng.uniform(0.0, 1e-3, ends.size)
+    remaining = 1.0 - exact - left[None, :]  # so that Q(H_e) is the exact mass
+    growth = np.array([mass_module._growth_bound(q, n) for n in ns])
+    return starts, ends, remaining, left, positives, cum_p, suffix, p, q, growth
+
+
+def test_settle_level_is_the_numpy_bookkeeping():
+    rng = np.random.default_rng(81)
+    ns = [3, 4, 8]
+    checked = 0
+    for vocab in (40, 300, 2_000, 9_000):
+        args = _level_inputs(rng, vocab, ns)
+        starts, ends, remaining, left, positives, cum_p, suffix, p, q, growth = args
+        want = _numpy_settle_level(*args[:9], ns, growth)
+        gap, index = np.zeros(3), np.zeros(3, dtype=np.int64)
+        known = np.zeros((3, vocab + 1))
+        status, chosen, new_starts, new_ends, groups = settle_level(
+            starts, ends, remaining, left, positives, cum_p, suffix, p, q,
+            np.array(ns), np.arange(3), growth, gap, index, known,
+            np.ones(starts.size, dtype=bool), mass_module.REFINE, mass_module.CANDIDATE_SLACK,
+        )  # fmt: skip
+        assert status == LEVEL_SETTLED
+        for got, expected in zip(
+            (gap, index, known, chosen, new_starts, new_ends, groups), want, strict=True
+        ):
+            np.testing.assert_array_equal(got, expected)
+        checked += chosen.size
+    assert checked > 0  # some segments are candidates
+
+
+def test_settle_level_hands_bad_masses_back_to_numpy_which_raises(monkeypatch):
+    rng = np.random.default_rng(82)
+    args = _level_inputs(rng, 500, [4])
+    starts, ends, remaining, left, positives, cum_p, suffix, p, q, growth = args
+    middle = ends.size // 2
+    for bad in (-left[middle] - 1e-9, np.nan):  # Q(H) = 1 + 1e-9 is beyond rounding
+        broken = remaining.copy()
+        broken[0, middle] = bad
+        status = settle_level(
+            starts, ends, broken, left, positives, cum_p, suffix, p, q, np.array([4]),
+            np.arange(1), growth, np.zeros(1), np.zeros(1, dtype=np.int64),
+            np.zeros((1, 501)), np.ones(starts.size, dtype=bool), 8, 1e-13,
+        )[0]  # fmt: skip
+        assert status == LEVEL_CHECK
+    real = mass_module._segment_mass
+
+    def skewed(*a):
+        remaining, stored = real(*a)
+        return remaining - 2.0, stored  # every Q(H) above one
+
+    monkeypatch.setattr(mass_module, "_segment_mass", skewed)
+    with pytest.raises(ValueError, match="exponential clocks"):
+        sequential_prefix_minimum(p, q, [4])
+
+
+def test_level_layout_is_the_numpy_layout():
+    rng = np.random.default_rng(83)
+    for vocab in (1, 17, 300, 5_000):
+        p, q = _zipf_pair(rng, vocab)
+        _, suffix, _ = prefix_sums(p, q)
+        cuts = np.unique(np.concatenate(([0, vocab], rng.integers(0, vocab + 1, 9))))
+        chosen = rng.random(cuts.size - 1) < 0.6
+        starts, ends = cuts[:-1][chosen], cuts[1:][chosen]
+        small_limit, scale = float(np.median(q)), 4.0
+        got = level_layout(q, suffix, starts, ends, scale, small_limit, 16)
+        lengths = ends - starts
+        edges = np.concatenate(([0], np.cumsum(lengths)))
+        idx = np.repeat(starts - edges[:-1], lengths) + np.arange(edges[-1])
+        small = np.add.reduceat((q[idx] <= small_limit / scale).astype(np.int64), edges[:-1])
+        small = small if idx.size else np.zeros(lengths.size, dtype=np.int64)
+        needed = np.where(lengths > 16, lengths - small + 1, 0)
+        rows = np.concatenate(([0], np.cumsum(needed)))
+        want = (edges, q[idx] * scale, suffix[idx + 1] * scale, rows[:-1], rows[-1])
+        for a, b in zip(got[:5], want, strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert got[5] == (lengths.max() if lengths.size else 0)

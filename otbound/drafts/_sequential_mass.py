@@ -776,7 +776,7 @@ def sequential_prefix_minimum(
         # q(H_s)), so p(H_i) − Q(H_i) ≥ p(H_s) − Q(H_e) + min(r_s/K_e, 1) ΔQ with
         # K_e = q(H_e)^{n−1} K (:func:`_growth_bound`); each candidate is cut into REFINE
         # pieces (of at least one token)
-        status, chosen, starts, ends, groups = settle_level(
+        status, chosen, next_starts, next_ends, groups = settle_level(
             starts,
             ends,
             remaining,
@@ -802,6 +802,7 @@ def sequential_prefix_minimum(
             raise AssertionError("settle_level reported a value that numpy's checks passed")
         if longest == 1:
             break
+        starts, ends = next_starts, next_ends
         may_refine = np.ones(starts.size, dtype=bool)
         states = stored[:, chosen, :]
     at = np.searchsorted(distinct, wanted)
