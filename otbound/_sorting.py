@@ -8,10 +8,11 @@ A most-significant-digit bucket sort on the key's IEEE-754 bits:
    smallest that fits the range), a counting sort in token order; between buckets the order
    is the key order.
 3. Inside each bucket the tokens are sorted by ``u``, stably: an insertion sort for small
-   buckets (the usual case: keys spread over their bits), numba's merge sort for large ones
-   (a key range dominated by a few far outliers), so no input is worse than ``O(V log V)``;
-   a large bucket already in order (one tied key: logits rounded to float16 give runs of
-   equal ratios) is left as it is.
+   buckets (keys spread evenly over their bits), and for a large one (keys that crowd a few
+   exponents, a range stretched by far outliers) the same counting sort on the bucket's own
+   range of bits, down to small buckets; a bucket already in order (one tied key: logits
+   rounded to float16 give runs of equal ratios) is left as it is. Each round splits a
+   bucket's range of bits into at least ``2^4`` parts, so no input takes more than 16 passes.
 
 Equal keys (``u`` equal) keep their token order at every step, so the result is
 ``np.argsort(key, kind="stable")`` element for element. ``benchmarks/bench_argsort.py``
@@ -26,7 +27,7 @@ import numpy as np
 
 __all__ = ["INSERTION_LIMIT", "bucket_argsort", "insertion_sort", "stable_argsort"]
 
-#: Buckets up to this size are sorted by insertion; larger ones by merge sort.
+#: Buckets up to this size are sorted by insertion; larger ones by their own counting sort.
 INSERTION_LIMIT = 24
 
 
@@ -57,22 +58,46 @@ def insertion_sort(order, key, start, stop):  # type: ignore[no-untyped-def]  # 
 
 @numba.njit(cache=True)
 def _sort_bucket(order, bits, start, stop):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
-    """Sort ``order[start:stop]`` by ``bits`` in place, stably."""
-    if stop - start <= INSERTION_LIMIT:
-        insertion_sort(order, bits, start, stop)
-        return
-    for i in range(start + 1, stop):  # already in order (tied keys, as rounded logits give)?
-        if bits[order[i]] < bits[order[i - 1]]:
-            break
-    else:
-        return
-    block = order[start:stop].copy()
-    keys = np.empty(stop - start, dtype=np.uint64)
-    for k in range(stop - start):
-        keys[k] = bits[block[k]]
-    rank = np.argsort(keys, kind="mergesort")  # stable
-    for k in range(stop - start):
-        order[start + k] = block[rank[k]]
+    """Sort ``order[start:stop]`` by ``bits`` in place, stably: insertion for a few tokens,
+    else the bucket's own counting sort on its range of bits (about ``size / 2`` buckets, in
+    token order) and the same for each of its buckets, until each is small or in order."""
+    pending = [(start, stop)]
+    while len(pending):
+        lo, hi = pending.pop()
+        if hi - lo <= INSERTION_LIMIT:
+            insertion_sort(order, bits, lo, hi)
+            continue
+        low = bits[order[lo]]
+        high = low
+        ordered = True
+        for i in range(lo + 1, hi):
+            value = bits[order[i]]
+            ordered = ordered and value >= bits[order[i - 1]]
+            low = min(low, value)
+            high = max(high, value)
+        if ordered:  # one tied key (logits rounded to float16 give runs of equal ratios)
+            continue
+        size = hi - lo
+        slots = 1
+        while 2 * slots < size:
+            slots *= 2
+        shift = np.uint64(0)
+        while ((high - low) >> shift) >= np.uint64(slots):  # the least: the ends part
+            shift += np.uint64(1)
+        starts = np.zeros(slots + 1, dtype=np.int64)
+        block = order[lo:hi].copy()
+        for k in range(size):
+            starts[int((bits[block[k]] - low) >> shift) + 1] += 1
+        for b in range(slots):
+            starts[b + 1] += starts[b]
+        fill = starts[:slots].copy()
+        for k in range(size):  # in token order: stable
+            b = int((bits[block[k]] - low) >> shift)
+            order[lo + fill[b]] = block[k]
+            fill[b] += 1
+        for b in range(slots):
+            if starts[b + 1] - starts[b] > 1:
+                pending.append((lo + starts[b], lo + starts[b + 1]))
 
 
 @numba.njit(cache=True)
@@ -102,8 +127,10 @@ def bucket_argsort(key):  # type: ignore[no-untyped-def]  # pragma: no cover - c
         order[fill[b]] = i
         fill[b] += 1
     for b in range(slots):
-        if starts[b + 1] - starts[b] > 1:
+        if starts[b + 1] - starts[b] > INSERTION_LIMIT:
             _sort_bucket(order, bits, starts[b], starts[b + 1])
+        elif starts[b + 1] - starts[b] > 1:
+            insertion_sort(order, bits, starts[b], starts[b + 1])
     return order
 
 

@@ -31,9 +31,9 @@ def test_stable_argsort_is_numpys_stable_argsort(seed):
         assert np.array_equal(got, np.argsort(key, kind="stable")), (seed, trial, kind)
 
 
-def test_keys_crowded_into_one_bucket_take_the_merge_sort_path():
+def test_keys_crowded_into_one_bucket_take_the_nested_counting_sort():
     """A far outlier stretches the bucket range so that the other keys (with ties) share a
-    few buckets larger than the insertion limit: the merge sort inside them is stable too."""
+    few buckets larger than the insertion limit: the counting sort inside them is stable too."""
     from otbound._sorting import INSERTION_LIMIT
 
     rng = np.random.default_rng(1)
@@ -73,3 +73,15 @@ def test_every_float_class_keeps_numpys_order(seed):
         assert np.array_equal(stable_argsort(key), np.argsort(key, kind="stable"))
         key32 = rng.standard_normal(size).astype(np.float32)
         assert np.array_equal(stable_argsort(key32), np.argsort(key32, kind="stable"))
+
+
+def test_keys_crowded_at_every_scale_are_sorted_through_many_rounds():
+    """Clusters at scales far apart, each of nearly equal keys with ties: buckets inside
+    buckets, several rounds deep, and the same permutation as ``kind="stable"``."""
+    rng = np.random.default_rng(7)
+    parts = []
+    for scale in (1e-300, 1e-100, 1e-5, 1.0, 1e100):
+        centre = scale * (1.0 + np.round(rng.random(2_000), 3) * 1e-12)
+        parts.append(np.where(rng.random(2_000) < 0.5, centre, -centre))
+    key = rng.permutation(np.concatenate(parts))
+    assert np.array_equal(stable_argsort(key), np.argsort(key, kind="stable"))
