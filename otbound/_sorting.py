@@ -57,13 +57,18 @@ def insertion_sort(order, key, start, stop):  # type: ignore[no-untyped-def]  # 
 
 
 @numba.njit(cache=True)
-def _sort_bucket(order, bits, start, stop):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+def _sort_bucket(order, bits, start, stop, block, starts, pending):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """Sort ``order[start:stop]`` by ``bits`` in place, stably: insertion for a few tokens,
     else the bucket's own counting sort on its range of bits (about ``size / 2`` buckets, in
-    token order) and the same for each of its buckets, until each is small or in order."""
-    pending = [(start, stop)]
-    while len(pending):
-        lo, hi = pending.pop()
+    token order) and the same for each of its buckets, until each is small or in order.
+
+    ``block`` (``V``), ``starts`` (``V + 1``) and ``pending`` (``(V, 2)``) are scratch space,
+    shared by every bucket of one sort."""
+    pending[0, 0], pending[0, 1] = start, stop
+    waiting = 1
+    while waiting:
+        waiting -= 1
+        lo, hi = pending[waiting, 0], pending[waiting, 1]
         if hi - lo <= INSERTION_LIMIT:
             insertion_sort(order, bits, lo, hi)
             continue
@@ -84,20 +89,24 @@ def _sort_bucket(order, bits, start, stop):  # type: ignore[no-untyped-def]  # p
         shift = np.uint64(0)
         while ((high - low) >> shift) >= np.uint64(slots):  # the least: the ends part
             shift += np.uint64(1)
-        starts = np.zeros(slots + 1, dtype=np.int64)
-        block = order[lo:hi].copy()
+        for b in range(slots + 1):
+            starts[b] = 0
         for k in range(size):
+            block[k] = order[lo + k]
             starts[int((bits[block[k]] - low) >> shift) + 1] += 1
         for b in range(slots):
             starts[b + 1] += starts[b]
-        fill = starts[:slots].copy()
         for k in range(size):  # in token order: stable
             b = int((bits[block[k]] - low) >> shift)
-            order[lo + fill[b]] = block[k]
-            fill[b] += 1
+            order[lo + starts[b]] = block[k]
+            starts[b] += 1  # now the end of bucket b
+        first = lo
         for b in range(slots):
-            if starts[b + 1] - starts[b] > 1:
-                pending.append((lo + starts[b], lo + starts[b + 1]))
+            end = lo + starts[b]
+            if end - first > 1:
+                pending[waiting, 0], pending[waiting, 1] = first, end
+                waiting += 1
+            first = end
 
 
 @numba.njit(cache=True)
@@ -126,9 +135,16 @@ def bucket_argsort(key):  # type: ignore[no-untyped-def]  # pragma: no cover - c
         b = int((bits[i] - low) >> shift)
         order[fill[b]] = i
         fill[b] += 1
+    block = np.empty(0, dtype=np.int64)  # scratch of the large buckets, made on the first
+    counts = np.empty(0, dtype=np.int64)
+    pending = np.empty((0, 2), dtype=np.int64)
     for b in range(slots):
         if starts[b + 1] - starts[b] > INSERTION_LIMIT:
-            _sort_bucket(order, bits, starts[b], starts[b + 1])
+            if block.shape[0] == 0:
+                block = np.empty(size, dtype=np.int64)
+                counts = np.empty(size + 1, dtype=np.int64)
+                pending = np.empty((size, 2), dtype=np.int64)
+            _sort_bucket(order, bits, starts[b], starts[b + 1], block, counts, pending)
         elif starts[b + 1] - starts[b] > 1:
             insertion_sort(order, bits, starts[b], starts[b + 1])
     return order
