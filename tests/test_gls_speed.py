@@ -135,3 +135,25 @@ def test_node_splits_are_multiples_of_eight_and_balance_the_work():
     assert len(work) == 2 and max(work) < 0.6 * sum(work)
     assert gls_module._node_splits(cuts, 1).tolist() == [0, cuts.size]
     assert gls_module._node_splits(cuts[:10], 2).tolist() == [0, 10]  # too few nodes
+
+
+def test_the_compiled_preparation_is_the_numpy_lines_bit_for_bit():
+    """:func:`_prepare_pass` and :func:`_fused_inputs` against the numpy expressions they
+    replaced (pairwise sums for ``p(q = 0)`` and ``K``, sequential cumulative sums)."""
+    from otbound.verifiers._step_cache import ratio_order
+
+    for kind, p, q in kernel_cases(20, seed=24, big=(32_000, 3, 2)):
+        ids = ratio_order(p, q)
+        never, ps, qs, rho, g, slope, gap, spread = gls_module._prepare_pass(p, q, ids)
+        assert never == float(p[q <= 0].sum()), kind
+        np.testing.assert_array_equal(ps, p[ids])
+        np.testing.assert_array_equal(qs, q[ids])
+        np.testing.assert_array_equal(rho, p[ids] / q[ids])
+        np.testing.assert_array_equal(slope, np.cumsum(q[ids]))
+        np.testing.assert_array_equal(gap, slope[:-1] * np.diff(rho))
+        np.testing.assert_array_equal(g, np.concatenate(([0.0], np.cumsum(gap))))
+        assert spread == float(np.sum(ps * g)), kind
+        tail_p, gap2, inv_slope = gls_module._fused_inputs(ps, rho, slope)
+        np.testing.assert_array_equal(tail_p, np.concatenate((np.cumsum(ps[::-1])[::-1], [0])))
+        np.testing.assert_array_equal(gap2, gap)
+        np.testing.assert_array_equal(inv_slope, 1.0 / slope)

@@ -280,3 +280,13 @@ def test_rrs_rejection_rates_are_the_residual_chains_bit_for_bit():
             want = residual_chain(p, q, n)[1]
             got = rejection_rates(p, q, n)
             np.testing.assert_array_equal(got.view(np.uint64), want.view(np.uint64))
+
+
+def test_kseq_rejection_mass_is_numpys_sum_bit_for_bit():
+    from otbound.verifiers import kseq as kseq_module
+
+    for kind, p, q in kernel_cases(20, seed=26, big=(32_000, 1_000)):
+        for n in (2, 4, 8):
+            rho = kseq_module.kseq_rho(p, q, n)
+            want = float(np.maximum(q - p / rho, 0.0).sum())
+            assert float(kseq_module._rejection_mass(p, q, rho)) == want, (kind, n)

@@ -81,6 +81,7 @@ import numpy as np
 
 from otbound._sorting import stable_argsort
 from otbound.problem import Step
+from otbound.verifiers._importance_kernels import pairwise_sum
 from otbound.verifiers._step_cache import ratio_order, step_digest
 from otbound.verifiers.base import BaseVerifier
 
@@ -471,6 +472,23 @@ def _gls_fused_parallel(ts, cuts, ps, qs, g, gap, inv_slope, acc, slots, splits)
         acc[:, lo:hi] = part
 
 
+@numba.njit(cache=True)
+def _fused_inputs(ps, rho, slope):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """``tail_p = [cumsum of ps from the end, 0]``, ``gap = slope[:-1] * np.diff(ρ)`` and
+    ``1 / slope``, as numpy computes them (sequential sums)."""
+    m = ps.shape[0]
+    tail_p = np.zeros(m + 1)
+    for i in range(m - 1, -1, -1):
+        tail_p[i] = tail_p[i + 1] + ps[i]
+    gap = np.empty(max(m - 1, 0))
+    for i in range(m - 1):
+        gap[i] = slope[i] * (rho[i + 1] - rho[i])
+    inv_slope = np.empty(m)
+    for i in range(m):
+        inv_slope[i] = 1.0 / slope[i]
+    return tail_p, gap, inv_slope
+
+
 def _gls_quadrature_fused(
     ns: np.ndarray,
     first: np.ndarray,
@@ -503,18 +521,17 @@ def _gls_quadrature_fused(
     k_lo, k_hi = int(first.min()), int(last.max())
     ts = _node_times(k_lo, k_hi, step)
     cuts = _node_cuts(g, ts)
-    tail_p = np.concatenate((np.cumsum(ps[::-1])[::-1], [0.0]))
+    tail_p, gap, inv_slope = _fused_inputs(ps, rho, slope)
     slots = np.full(int(ns[-1]), -1, dtype=np.int64)  # power n − 1 goes to n's row
     slots[ns - 1] = np.arange(ns.size)
     acc = np.empty((ns.size, ts.shape[0]))
     acc[:] = tail_p[cuts]
-    gap = slope[:-1] * np.diff(rho)
     padded = np.concatenate((ts, np.full(-ts.shape[0] % 8, ts[-1])))
     splits = _node_splits(cuts, numba.get_num_threads())
     if splits.size > 2:
-        _gls_fused_parallel(padded, cuts, ps, qs, g, gap, 1.0 / slope, acc, slots, splits)
+        _gls_fused_parallel(padded, cuts, ps, qs, g, gap, inv_slope, acc, slots, splits)
     else:
-        _gls_fused(padded, cuts, ps, qs, g, gap, 1.0 / slope, acc, slots)
+        _gls_fused(padded, cuts, ps, qs, g, gap, inv_slope, acc, slots)
     totals: np.ndarray = _gls_weigh(ns, first, last, k_lo, step, ts, acc)
     return totals
 
@@ -529,15 +546,49 @@ def _gls_prepare(
     :func:`otbound.verifiers._step_cache.ratio_order` shares with other verifiers (or
     ``order``, that sort already made: :attr:`otbound.problem.Step.ratio_order`).
     """
-    ids = ratio_order(p, q) if order is None else order  # q > 0, by p / q, ties by token id
-    never = float(p[q <= 0].sum())  # output tokens that are never drafted
-    rho = p[ids] / q[ids]
-    qs = q[ids]
-    ps = p[ids]
-    slope = np.cumsum(qs)  # G's slope just after ρ_i: Σ_{ρ_k ≤ ρ_i} q_k
-    g = np.concatenate(([0.0], np.cumsum(slope[:-1] * np.diff(rho))))  # sums of ≥ 0 terms
-    spread = float(np.sum(ps * g))
+    never, ps, qs, rho, g, slope, _, spread = _prepare_pass(
+        p, q, ratio_order(p, q) if order is None else order
+    )
     return never, ps, qs, rho, g, slope, spread
+
+
+@numba.njit(cache=True)
+def _prepare_pass(p, q, ids):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """:func:`_gls_prepare`'s numpy lines in one pass, bit for bit: ``never = p[q <= 0].sum()``
+    and ``K = np.sum(ps * g)`` by numpy's pairwise summation, ``slope = np.cumsum(qs)`` and
+    ``g = [0, cumsum(gap)]`` sequentially, with ``gap = slope[:-1] * np.diff(ρ)`` (returned too,
+    as :func:`_gls_quadrature_fused` takes it)."""
+    vocab = p.shape[0]
+    m = ids.shape[0]
+    off = np.empty(vocab - m)
+    k = 0
+    for y in range(vocab):
+        if not q[y] > 0.0:
+            off[k] = p[y]
+            k += 1
+    never = pairwise_sum(off, 0, k)
+    ps = np.empty(m)
+    qs = np.empty(m)
+    rho = np.empty(m)
+    slope = np.empty(m)
+    total = 0.0
+    for i in range(m):
+        y = ids[i]
+        ps[i] = p[y]
+        qs[i] = q[y]
+        rho[i] = p[y] / q[y]
+        total += q[y]
+        slope[i] = total
+    gap = np.empty(max(m - 1, 0))
+    g = np.zeros(m)
+    weighted = np.empty(m)
+    if m > 0:
+        weighted[0] = ps[0] * 0.0
+    for i in range(m - 1):
+        gap[i] = slope[i] * (rho[i + 1] - rho[i])
+        g[i + 1] = g[i] + gap[i]
+        weighted[i + 1] = ps[i + 1] * g[i + 1]
+    return never, ps, qs, rho, g, slope, gap, pairwise_sum(weighted, 0, m)
 
 
 def _start(n: int, spread: float) -> float:

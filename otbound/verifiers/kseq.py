@@ -33,6 +33,7 @@ import numpy as np
 
 from otbound._checks import clip_rounding
 from otbound.problem import Step
+from otbound.verifiers._importance_kernels import pairwise_sum
 from otbound.verifiers._step_cache import ratio_order
 from otbound.verifiers.base import BaseVerifier, sample_tokens
 
@@ -129,9 +130,18 @@ def _acceptances(
     out: dict[int, float | None] = {}
     for n in ns:
         rho = float(_bisect(*sums, int(n)))
-        miss = float(np.maximum(q - p / rho, 0.0).sum())
+        miss = float(_rejection_mass(p, q, rho))
         out[n] = 1.0 - miss**n
     return out
+
+
+@numba.njit(cache=True)
+def _rejection_mass(p, q, rho):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """``1 − β(ρ) = np.maximum(q − p / ρ, 0).sum()``, bit for bit (numpy's pairwise sum)."""
+    excess = np.empty(p.shape[0])
+    for y in range(p.shape[0]):
+        excess[y] = max(q[y] - p[y] / rho, 0.0)
+    return pairwise_sum(excess, 0, p.shape[0])
 
 
 def _plan(p: np.ndarray, q: np.ndarray, n: int) -> tuple[float, float, np.ndarray]:
