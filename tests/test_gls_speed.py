@@ -157,3 +157,50 @@ def test_the_compiled_preparation_is_the_numpy_lines_bit_for_bit():
         np.testing.assert_array_equal(tail_p, np.concatenate((np.cumsum(ps[::-1])[::-1], [0])))
         np.testing.assert_array_equal(gap2, gap)
         np.testing.assert_array_equal(inv_slope, 1.0 / slope)
+
+
+def _integrand(p: np.ndarray, q: np.ndarray, ns: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """``miss_w(t) = Σ_i p_i (1 − a_i)(1 − b_i)^w`` at the nodes ``ts`` (one row per ``n``),
+    from the one-node loop's arithmetic (:func:`_gls_fused` on those nodes)."""
+    _, ps, qs, rho, g, slope, gap, _ = gls_module._prepare_pass(p, q, gls_module.ratio_order(p, q))
+    tail_p, gap, inv_slope = gls_module._fused_inputs(ps, rho, slope)
+    cuts = gls_module._node_cuts(g, ts)
+    slots = np.full(int(ns[-1]), -1, dtype=np.int64)
+    slots[ns - 1] = np.arange(ns.size)
+    acc = np.empty((ns.size, ts.size))
+    acc[:] = tail_p[cuts]
+    padded = np.concatenate((ts, np.full(-ts.size % 8, ts[-1])))
+    gls_module._gls_fused(padded, cuts, ps, qs, g, gap, inv_slope, acc, slots)
+    return acc
+
+
+def test_the_left_end_is_first_order_within_its_bound(monkeypatch):
+    """Near ``t = 0`` the integrand is ``c_w t`` within ``C_w t²`` (:func:`_left_coefficients`),
+    on cases with ratios up to 1e30, and the split moves each value by at most
+    ``LEFT_TOLERANCE`` (plus a few ulp of the ``expm1`` branches) against the pass over every
+    node."""
+    ns = np.array([1, 2, 4, 8])
+    ts = np.exp(np.arange(-70, -5) * gls_module.QUADRATURE_STEP)
+    split_used = 0
+    for kind, p, q in kernel_cases(20, seed=27, big=(32_000, 1_000)):
+        _, ps, qs, rho, g, slope, spread = gls_module._gls_prepare(p, q)
+        if spread <= 0.0:
+            continue
+        c, bound = gls_module._left_coefficients(ns, ps, qs, rho, g, slope)
+        miss = _integrand(p, q, ns, ts)
+        for r in range(ns.size):
+            assert np.all(np.abs(miss[r] - c[r] * ts) <= bound[r] * ts**2 + 1e-15 * miss[r]), (
+                kind,
+                ns[r],
+            )
+        first = np.array([math.floor(gls_module._start(int(n), spread) / 0.3) for n in ns])
+        last = np.array([math.ceil(math.log(45.0 / n) / 0.3) for n in ns])
+        split = gls_module._left_split(ns, first, last, 0.3, bound)
+        split_used += int(np.sum(split > first))
+        with monkeypatch.context() as patch:
+            patch.setattr(gls_module, "_left_split", lambda ns, first, *a: first.copy())
+            every_node = gls_module.gls_acceptances(p, q, ns)
+        split_values = gls_module.gls_acceptances(p, q, ns)
+        for n in ns:
+            assert abs(split_values[n] - every_node[n]) <= 5e-16, (kind, n)
+    assert split_used > 20
