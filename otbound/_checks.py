@@ -149,14 +149,15 @@ def as_distribution(
         sum to one.
     """
     try:
-        arr = np.array(x, dtype=np.float64, copy=True)
+        arr = np.asarray(x, dtype=np.float64)  # a float64 array as it is: no copy to check it
     except (TypeError, ValueError) as exc:
         raise ValueError(
             f"{name} must be an array of probabilities, got {type(x).__name__}"
         ) from exc
     sums = check_rows(arr, name, normalize=normalize, min_ndim=min_ndim, ops=NUMPY_OPS)
-    arr /= sums[..., None]
-    return arr
+    out = np.empty(arr.shape, dtype=np.float64)  # the new array, written once
+    np.divide(arr, sums[..., None], out=out)
+    return out
 
 
 def check_same_vocabulary(p_shape: tuple[int, ...], q_shape: tuple[int, ...]) -> None:

@@ -14,6 +14,7 @@ from otbound.analysis._config import AnalysisConfig
 from otbound.analysis._device import acceptance_on, bound_on
 from otbound.dumps import Dump, ShardData, acceptance_interval, prepare_distributions
 from otbound.evaluate import COMPARE_COLUMNS, SKIPPED_COLUMNS, compare, skipped_cells
+from otbound.problem import Step
 
 #: Columns of the per-step table: the step's metadata, the temperature, :func:`compare`'s
 #: columns, and the ends of the certified interval of ``α*`` (equal to it for full rows).
@@ -111,8 +112,8 @@ def _full_rows(
     if dist.step.size == 0:
         return empty_steps(), dist.skipped, empty_steps(SKIPPED_COLUMNS)
     frame = compare(
-        dist.target,
-        dist.draft,
+        _trusted_rows(dist.target, dist.draft),
+        None,
         n=config.n,
         verifiers=config.verifier_names,
         designs=config.designs,
@@ -128,6 +129,21 @@ def _full_rows(
     frame["alpha_star_lower"] = frame["alpha_star"]
     frame["alpha_star_upper"] = frame["alpha_star"]
     return frame, dist.skipped, cells
+
+
+def _trusted_rows(target: np.ndarray, draft: np.ndarray) -> Step:
+    """The rows of :func:`otbound.dumps.prepare_distributions` as the validated :class:`Step`
+    that :func:`otbound.compare` would make of them, without its copy and checks.
+
+    They are softmaxes of logits whose bad rows (NaN, ``+inf``, every token masked) were
+    found and dropped, so every entry is finite and non-negative and every row sums to one up
+    to rounding; what :func:`otbound._checks.as_distribution` adds is the division by the row
+    sums (numpy's, so the values are the same bit for bit), done here in place on arrays that
+    are this run's own.
+    """
+    target /= target.sum(axis=-1, keepdims=True)
+    draft /= draft.sum(axis=-1, keepdims=True)
+    return Step(target, draft)
 
 
 def _interval_rows(
