@@ -498,3 +498,19 @@ def test_resume_refuses_a_changed_dump(tmp_path: Path) -> None:
     write_dump(tmp_path / "dump", seed=2)
     with pytest.raises(ValueError, match="another dump"):
         _run(ob.open_dump(tmp_path / "dump"), tmp_path / "dir", resume=True)
+
+
+def test_the_analysis_rows_are_the_step_compare_would_validate():
+    """The softmax rows handed to compare as a trusted Step equal compare's own validation of
+    them, bit for bit (the division by the row sums, in place)."""
+    from otbound.analysis._shard import _trusted_rows
+    from otbound.dumps import prepare_distributions
+    from otbound.problem import Step
+
+    rng = np.random.default_rng(9)
+    logits = rng.normal(0.0, 3.0, (2, 12, 500)).astype(np.float32)
+    for temperature in (1.0, 0.7):
+        dist = prepare_distributions(logits[0], logits[1], temperature=temperature, top_p=0.9)
+        want = Step.validate(dist.target, dist.draft)
+        got = _trusted_rows(dist.target.copy(), dist.draft.copy())
+        assert np.array_equal(got.p, want.p) and np.array_equal(got.q, want.q)

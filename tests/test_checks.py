@@ -166,3 +166,16 @@ def test_as_distribution_returns_a_clean_copy():
     assert src[0] == 0.25
     with pytest.raises(ValueError, match=r"^w contains NaN"):
         as_distribution([np.nan, 1.0], "w")
+
+
+def test_as_distribution_writes_the_normalised_rows_once_whatever_the_layout():
+    """A float64 array is read as it is (C, Fortran or strided) and the result is a new
+    C-contiguous array of ``x / x.sum(-1)``, bit for bit as the copy-then-divide path."""
+    rng = np.random.default_rng(5)
+    base = rng.random((6, 40)) + 1e-3
+    for x in (base, np.asfortranarray(base), base[:, ::2], base[::2], base.astype(np.float32)):
+        out = as_distribution(x, "w", normalize=True)
+        want = np.array(x, dtype=np.float64)
+        want /= want.sum(-1)[..., None]
+        assert out.flags.c_contiguous and not np.shares_memory(out, x)
+        assert np.array_equal(out, want)
