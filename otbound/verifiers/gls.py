@@ -373,7 +373,7 @@ def _small_below(ts, scale, start):  # type: ignore[no-untyped-def]  # pragma: n
 
 
 @numba.njit(cache=True)
-def _gls_fused(ts, cuts, ps, qs, g, gap, inv_slope, acc, slots):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+def _gls_fused(ts, cuts, ps, qs, g, gap, inv_slope, acc, slots, reuse=True):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """:func:`_gls_quadrature_many`'s inner loop for every node at once (the node loop
     innermost: independent accumulators, vectorised), computing its two ``expm1`` itself
     (:func:`_expm1_neg`) instead of calling libm's.
@@ -383,7 +383,11 @@ def _gls_fused(ts, cuts, ps, qs, g, gap, inv_slope, acc, slots):  # type: ignore
     row ``slots[w]`` gets ``Σ_i p_i (1 − a_i)(1 − b_i)^w`` for each power ``w`` with
     ``slots[w] ≥ 0`` (``w = n − 1``; the other powers are only multiplied through), each
     node's terms added in the same order (descending ``i``) and the powers taken by the same
-    repeated multiplications as the one-node loop.
+    repeated multiplications as the one-node loop. Tokens whose ratio ties the previous one's
+    (logits rounded to float16 give long runs) have the same ``G``, so the same
+    ``expm1(−t G)``, and a gap of 0, which adds ``±0`` to the suffix sum: neither is computed
+    again, and the sums are the same bit for bit (``reuse=False`` computes them, for the
+    tests).
     """
     m = ps.shape[0]
     nodes = cuts.shape[0]
@@ -397,16 +401,17 @@ def _gls_fused(ts, cuts, ps, qs, g, gap, inv_slope, acc, slots):  # type: ignore
     top = cuts[0] if nodes else 0
     live = 0  # nodes [0, live) have cut > i (the cuts do not increase with t)
     small_g = 0  # nodes [0, small_g) have t G(ρ_i) < EXPM1_SMALL (grows as i falls)
+    filled_g = -1.0  # eg holds expm1(−t G) for this G on the first `filled` nodes
+    filled = 0
     for i in range(top - 1, -1, -1):
         while live < nodes and cuts[live] > i:
             live += 1
         width = min(live + (-live) % 8, pad)
         g_i = g[i]
-        small_g = _small_below(ts[:nodes], g_i, small_g)
-        _fill_expm1(eg, ts, g_i, small_g, width)
-        if i < m - 1:
-            gap_i = gap[i]
-            _fill_expm1(ea, ts, gap_i, _small_below(ts[:nodes], gap_i, 0), width)
+        if not reuse or g_i != filled_g or width > filled:  # a tied ratio: eg as it was
+            small_g = _small_below(ts[:nodes], g_i, small_g)
+            _fill_expm1(eg, ts, g_i, small_g, width)
+            filled_g, filled = g_i, width
         p_i = ps[i]
         q_i = qs[i]
         s_i = inv_slope[i]
@@ -414,7 +419,9 @@ def _gls_fused(ts, cuts, ps, qs, g, gap, inv_slope, acc, slots):  # type: ignore
             for node in range(live):
                 decay = 1.0 + eg[node]
                 tail[node] += decay * s_i
-        else:
+        elif not reuse or gap[i] != 0.0:  # a tie (gap 0) adds ±0 to the suffix sum
+            gap_i = gap[i]
+            _fill_expm1(ea, ts, gap_i, _small_below(ts[:nodes], gap_i, 0), width)
             for node in range(live):
                 decay = 1.0 + eg[node]
                 tail[node] += decay * -ea[node] * s_i
