@@ -62,6 +62,20 @@ def test_equals_the_full_sweep_on_random_logits():
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
 
 
+def test_equals_the_full_sweep_on_rows_with_long_runs_of_ties():
+    """Rows drawn from a few (p, q) pairs, as logits rounded to float16 give: equal masses
+    follow each other in the sweep, and their decay is computed once a run (the full sweep
+    computes it for every token)."""
+    rng = np.random.default_rng(8)
+    for top in (3, 12, 40):
+        p = rng.integers(1, top + 1, 4000) * rng.choice([1.0, 1e-4], 4000)
+        q = rng.integers(1, top + 1, 4000) * rng.choice([1.0, 1e-4], 4000)
+        assert np.unique(p / q).size < 2000
+        want, ps, qs, _ = _full_minimum(p / p.sum(), q / q.sum(), COUNTS)
+        got, _ = sequential_prefix_minimum(ps, qs, COUNTS)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("smallest", [1e-30, 1e-300, 5e-324])
 def test_matches_brute_force_with_extreme_masses(smallest):
     rng = np.random.default_rng(int(-math.log10(smallest)))

@@ -370,9 +370,9 @@ def _segment_power_sums(
 
 
 @numba.njit(cache=True, inline="always")
-def _fire(state, value, t, top):  # pragma: no cover - compiled
-    """One token joins ``H``: the count distribution ``state`` (truncated at ``top``)."""
-    stay, fire = _decay(value * t)
+def _fire(state, stay, fire, top):  # pragma: no cover - compiled
+    """One token joins ``H``: the count distribution ``state`` (truncated at ``top``), given
+    its ``(e^{−q t}, 1 − e^{−q t})`` (:func:`_decay`)."""
     for k in range(top - 1, 0, -1):
         state[k] = state[k] * stay + state[k - 1] * fire
     state[0] *= stay
@@ -506,6 +506,7 @@ def _segment_mass(
         gen = np.zeros(top)
         for j in range(chunk, num_nodes, chunks):
             t = _node_time(t_lo, h, j)
+            value, stay, fire = -1.0, 1.0, 0.0  # the last mass fired at this node, its decay
             limit = SMALL_RATE / t
             for g in range(groups.shape[0] - 1):
                 empty = True
@@ -541,14 +542,20 @@ def _segment_mass(
                         for k in range(first, stop):
                             if dead:
                                 break
-                            _fire(state, rising[k], t, top)
+                            if rising[k] != value:  # equal masses (ties) share their decay
+                                value = rising[k]
+                                stay, fire = _decay(value * t)
+                            _fire(state, stay, fire, top)
                             if (k - first) % DEATH_CHECK == DEATH_CHECK - 1:
                                 dead = _negligible(state, top)
                         if dead:  # as the break below, inside the segment: nothing to add
                             break
                     else:
                         for k in range(start, stop):
-                            _fire(state, vals[k], t, top)
+                            if vals[k] != value:
+                                value = vals[k]
+                                stay, fire = _decay(value * t)
+                            _fire(state, stay, fire, top)
                     weight = _weight(lam_after[stop - 1], t, h)
                     below = _record(acc[chunk], state, counts, weight, s)
                     if below < NEGLIGIBLE:
