@@ -784,25 +784,10 @@ def sequential_prefix_minimum(
         # K_e = q(H_e)^{n−1} K (:func:`_growth_bound`); each candidate is cut into REFINE
         # pieces (of at least one token)
         status, chosen, next_starts, next_ends, groups = settle_level(
-            starts,
-            ends,
-            remaining,
-            left,
-            positives,
-            cum_p,
-            suffix,
-            p_row,
-            q,
-            integrated,
-            slots,
-            growths,
-            gap,
-            index,
-            known,
-            may_refine,
-            REFINE if longest > 1 else 0,
+            starts, ends, remaining, left, positives, cum_p, suffix, p_row, q, integrated,
+            slots, growths, gap, index, known, may_refine, REFINE if longest > 1 else 0,
             CANDIDATE_SLACK,
-        )
+        )  # fmt: skip
         if status != LEVEL_SETTLED:  # numpy's checks, which raise
             for k, n in enumerate(integrated):
                 settle(int(slots[k]), ends, exact(int(n), ends, remaining[k], left))

@@ -168,6 +168,23 @@ def _gls_quadrature(n, nodes, ps, qs, rho, g, slope):  # type: ignore[no-untyped
 
 
 @numba.njit(cache=True)
+def _fused_inputs(ps, rho, slope):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """``tail_p = [cumsum of ps from the end, 0]``, ``gap = slope[:-1] * np.diff(ρ)`` and
+    ``1 / slope``, as numpy computes them (sequential sums)."""
+    m = ps.shape[0]
+    tail_p = np.zeros(m + 1)
+    for i in range(m - 1, -1, -1):
+        tail_p[i] = tail_p[i + 1] + ps[i]
+    gap = np.empty(max(m - 1, 0))
+    for i in range(m - 1):
+        gap[i] = slope[i] * (rho[i + 1] - rho[i])
+    inv_slope = np.empty(m)
+    for i in range(m):
+        inv_slope[i] = 1.0 / slope[i]
+    return tail_p, gap, inv_slope
+
+
+@numba.njit(cache=True)
 def _gls_quadrature_many(ns, first, last, step, ps, qs, rho, g, slope):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """:func:`_gls_quadrature` for several ``n`` at once, on the lattice ``x = k · step``.
 
@@ -184,15 +201,7 @@ def _gls_quadrature_many(ns, first, last, step, ps, qs, rho, g, slope):  # type:
     m = rho.shape[0]
     r_count = ns.shape[0]
     n_max = ns[r_count - 1]
-    tail_p = np.zeros(m + 1)
-    for i in range(m - 1, -1, -1):
-        tail_p[i] = tail_p[i + 1] + ps[i]
-    gap = np.empty(max(m - 1, 0))
-    for i in range(m - 1):
-        gap[i] = slope[i] * (rho[i + 1] - rho[i])
-    inv_slope = np.empty(m)
-    for i in range(m):
-        inv_slope[i] = 1.0 / slope[i]
+    tail_p, gap, inv_slope = _fused_inputs(ps, rho, slope)
     k_lo = first.min()
     k_hi = last.max()
     totals = np.zeros(r_count)
@@ -477,23 +486,6 @@ def _gls_fused_parallel(ts, cuts, ps, qs, g, gap, inv_slope, acc, slots, splits)
         part = np.ascontiguousarray(acc[:, lo:hi])
         _gls_fused(ts[lo : lo + width], cuts[lo:hi], ps, qs, g, gap, inv_slope, part, slots)
         acc[:, lo:hi] = part
-
-
-@numba.njit(cache=True)
-def _fused_inputs(ps, rho, slope):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
-    """``tail_p = [cumsum of ps from the end, 0]``, ``gap = slope[:-1] * np.diff(ρ)`` and
-    ``1 / slope``, as numpy computes them (sequential sums)."""
-    m = ps.shape[0]
-    tail_p = np.zeros(m + 1)
-    for i in range(m - 1, -1, -1):
-        tail_p[i] = tail_p[i + 1] + ps[i]
-    gap = np.empty(max(m - 1, 0))
-    for i in range(m - 1):
-        gap[i] = slope[i] * (rho[i + 1] - rho[i])
-    inv_slope = np.empty(m)
-    for i in range(m):
-        inv_slope[i] = 1.0 / slope[i]
-    return tail_p, gap, inv_slope
 
 
 def _gls_quadrature_fused(
