@@ -226,3 +226,25 @@ def test_long_runs_of_tied_ratios_equal_the_one_loop_values(monkeypatch):
     ts = np.exp(np.arange(-60, 12) * gls_module.QUADRATURE_STEP)
     for _, p, q in cases:  # the reuse along ties is exact: the same sums as computing them
         assert np.array_equal(_integrand(p, q, ns, ts), _integrand(p, q, ns, ts, reuse=False))
+
+
+def test_the_left_split_computes_every_node_where_its_bound_overflows(monkeypatch):
+    """A bound of 0 (no rest) takes the first-order form up to the last node; an infinite or
+    NaN bound, or one whose room underflows, computes every node; and a row whose ratios
+    reach 1e300 keeps the value of the pass over every node."""
+    ns, first, last = np.array([2, 4, 8]), np.array([-60, -61, -62]), np.array([11, 9, 6])
+    split = gls_module._left_split(ns, first, last, 0.3, np.array([0.0, np.inf, np.nan]))
+    assert split.tolist() == [11, -61, -62]
+    assert gls_module._left_split(ns, first, last, 0.3, np.full(3, 1e300)).tolist() == [
+        -60,
+        -61,
+        -62,
+    ]
+    p = np.array([0.5, 0.5 - 1e-300, 1e-300])
+    q = np.array([1e-300, 0.5, 0.5 - 1e-300])
+    new = gls_module.gls_acceptances(p, q, [2, 4, 8])
+    monkeypatch.setattr(gls_module, "_left_split", lambda ns, first, *a: first.copy())
+    every_node = gls_module.gls_acceptances(p, q, [2, 4, 8])
+    for n in (2, 4, 8):
+        assert math.isfinite(new[n])
+        assert abs(new[n] - every_node[n]) <= 5e-16

@@ -598,12 +598,13 @@ def _left_split(
     """
     out = np.array(first, dtype=np.int64)
     for r, n in enumerate(ns):
-        if bound[r] > 0.0:
-            room = LEFT_TOLERANCE * -math.expm1(-3.0 * step) / (step * float(n) * bound[r])
+        if bound[r] == 0.0:  # miss_w is c_w t exactly (every p_i G_i = 0)
+            out[r] = int(last[r])
+            continue
+        room = LEFT_TOLERANCE * -math.expm1(-3.0 * step) / (step * float(n) * bound[r])
+        if room > 0.0:  # else (a bound that overflowed, or NaN): every node computed
             k = math.floor(math.log(room) / (3.0 * step))  # e^{3kh} ≤ room
             out[r] = min(max(int(first[r]), k), int(last[r]))
-        else:  # miss_w is c_w t exactly (every p_i G_i = 0)
-            out[r] = int(last[r])
     return out
 
 
