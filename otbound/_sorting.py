@@ -25,7 +25,13 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["INSERTION_LIMIT", "bucket_argsort", "insertion_sort", "stable_argsort"]
+__all__ = [
+    "INSERTION_LIMIT",
+    "bucket_argsort",
+    "insertion_sort",
+    "ratio_argsort",
+    "stable_argsort",
+]
 
 #: Buckets up to this size are sorted by insertion; larger ones by their own counting sort.
 INSERTION_LIMIT = 24
@@ -159,4 +165,18 @@ def stable_argsort(key: np.ndarray) -> np.ndarray:
     [1, 3, 0, 2]
     """
     order: np.ndarray = bucket_argsort(np.ascontiguousarray(key, dtype=np.float64))
+    return order
+
+
+def ratio_argsort(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """The tokens with ``q > 0`` by increasing ``p / q``, ties by token id (int64):
+    ``live[np.argsort(p[live] / q[live], kind="stable")]`` with ``live = flatnonzero(q > 0)``.
+
+    Examples
+    --------
+    >>> ratio_argsort(np.array([0.2, 0.3, 0.5]), np.array([0.4, 0.0, 0.6])).tolist()
+    [0, 2]
+    """
+    live = np.flatnonzero(q > 0)
+    order: np.ndarray = live[stable_argsort(p[live] / q[live])]
     return order

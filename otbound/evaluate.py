@@ -821,8 +821,10 @@ def _verifier_row(
     """The verifier's row at one step, or the reason it has none (:data:`SKIP_VERIFIER`,
     :data:`SKIP_NO_TRIALS`). A shipped verifier takes the validated ``row`` as it is;
     ``known`` holds its exact values at the ``n`` where it applies (:func:`_step_values`)."""
-    if known is not None or _trusts_steps(v, "applies"):
-        usable = n in known if known is not None else v.applies_to(row, n)
+    if known is not None:
+        usable = n in known
+    elif _trusts_steps(v, "applies"):
+        usable = v.applies_to(row, n)
     else:
         applies = getattr(v, "applies", None)
         usable = not callable(applies) or applies(row.p, row.q, n)

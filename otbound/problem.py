@@ -99,18 +99,16 @@ class Step:
     @cached_property
     def ratio_order(self) -> np.ndarray:
         """The tokens with ``q > 0`` of a one-step ``Step`` by increasing ``p / q``, ties by
-        token id (int64): ``live[np.argsort(p[live] / q[live], kind="stable")]``, sorted once
-        per ``Step`` for every verifier and ``n`` that reads it."""
-        from otbound._sorting import stable_argsort
+        token id (int64: :func:`otbound._sorting.ratio_argsort`), sorted once per ``Step`` for
+        every verifier and ``n`` that reads it."""
+        from otbound._sorting import ratio_argsort
 
         if self.p.ndim != 1 or self.q.ndim != 1:
             raise ValueError(
                 f"ratio_order is defined for one step (p and q of shape (V,)), got "
                 f"{self.p.shape} and {self.q.shape}"
             )
-        live = np.flatnonzero(self.q > 0)
-        order: np.ndarray = live[stable_argsort(self.p[live] / self.q[live])]
-        return order
+        return ratio_argsort(self.p, self.q)
 
     @property
     def batch(self) -> tuple[int, ...]:

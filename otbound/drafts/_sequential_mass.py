@@ -727,7 +727,7 @@ def sequential_prefix_minimum(
     top = int(integrated[-1])
     slots = np.flatnonzero(~closed)  # where each integrated n sits in ``distinct``
     known = np.zeros((integrated.size, size + 1))  # Q at the prefixes evaluated so far
-    growth = _growth_bounds(q, [int(n) for n in integrated])
+    growth = np.asarray(_growth_bounds(q, [int(n) for n in integrated]), dtype=np.float64)
     beta = _series_table(top, MOST_TERMS)
     # masses that stay foldable at the largest node need no sort (:func:`_segment_power_sums`)
     log_largest_node = math.log(t_lo / scale) + (num_nodes - 1) * h
@@ -746,7 +746,6 @@ def sequential_prefix_minimum(
     groups = np.array([0, starts.size])
     states = np.zeros((num_nodes, 1, top))
     states[:, 0, 0] = 1.0
-    growths = np.asarray(growth, dtype=np.float64)
     while starts.size:
         # the level's tokens, segment after segment
         edges, vals, lam_after, rows, total, longest = level_layout(
@@ -785,7 +784,7 @@ def sequential_prefix_minimum(
         # pieces (of at least one token)
         status, chosen, next_starts, next_ends, groups = settle_level(
             starts, ends, remaining, left, positives, cum_p, suffix, p_row, q, integrated,
-            slots, growths, gap, index, known, may_refine, REFINE if longest > 1 else 0,
+            slots, growth, gap, index, known, may_refine, REFINE if longest > 1 else 0,
             CANDIDATE_SLACK,
         )  # fmt: skip
         if status != LEVEL_SETTLED:  # numpy's checks, which raise

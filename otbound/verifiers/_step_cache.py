@@ -20,7 +20,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from otbound._sorting import stable_argsort
+from otbound._sorting import ratio_argsort
 
 __all__ = [
     "RATIO_CACHE_BYTES",
@@ -160,7 +160,6 @@ def ratio_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
         order: np.ndarray = hit.astype(np.int64)
         if _is_ratio_order(p, q, order):
             return order
-    live = np.flatnonzero(q > 0)
-    fresh: np.ndarray = live[stable_argsort(p[live] / q[live])]
+    fresh = ratio_argsort(p, q)
     _ratio_orders.put(key, compact(fresh, q.size))  # replaces a stale entry (a collision)
     return fresh

@@ -640,8 +640,9 @@ def _gls_prepare(
 def _prepare_pass(p, q, ids):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """:func:`_gls_prepare`'s numpy lines in one pass, bit for bit: ``never = p[q <= 0].sum()``
     and ``K = np.sum(ps * g)`` by numpy's pairwise summation, ``slope = np.cumsum(qs)`` and
-    ``g = [0, cumsum(gap)]`` sequentially, with ``gap = slope[:-1] * np.diff(ρ)`` (returned too,
-    as :func:`_gls_quadrature_fused` takes it)."""
+    ``g = [0, cumsum(gap)]`` sequentially, with ``gap = slope[:-1] * np.diff(ρ)`` (returned
+    too, for the tests; :func:`_fused_inputs` makes it again beside the other inputs of the
+    pass, as the reference quadrature takes them)."""
     vocab = p.shape[0]
     m = ids.shape[0]
     off = np.empty(vocab - m)

@@ -148,7 +148,7 @@ def _plan(p: np.ndarray, q: np.ndarray, n: int) -> tuple[float, float, np.ndarra
     """``ρ*``, the rejection rate ``1 − β(ρ*)`` and the residual distribution."""
     rho = kseq_rho(p, q, n)
     capped = np.minimum(q, p / rho)
-    miss = float(np.maximum(q - p / rho, 0.0).sum())  # 1 − β(ρ)
+    miss = float(_rejection_mass(p, q, rho))  # 1 − β(ρ)
     scale = float(np.sum(miss ** np.arange(n)))  # c = Σ_{i<n} (1 − β)^i
     # ρ* is the feasible end of the bisection, where the residual is ≥ 0 up to rounding
     rest = clip_rounding(p - capped * scale, 0.0, 1.0, "K-SEQ residual p − min(q, p/ρ*)·c")
