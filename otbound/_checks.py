@@ -244,13 +244,16 @@ def clip_rounding(
     Returns
     -------
     numpy.ndarray
-        ``clip(x, low, high)`` as float64 (a 0-d array for a scalar).
+        ``clip(x, low, high)`` as float64 (a ``numpy.float64`` for a scalar, as ``np.clip``
+        gives for a 0-d array).
 
     Raises
     ------
     ValueError
         A NaN, or an excess above ``tol``: the message names ``what``, the index and the value.
     """
+    if isinstance(x, float) and low < x < high:  # one number well inside: nothing to clip
+        return np.float64(x)  # type: ignore[no-any-return]  # as np.clip of a 0-d array
     arr = np.asarray(x, dtype=np.float64)
     excess = np.maximum(low - arr, arr - high)
     bad = np.isnan(arr) | (excess > tol)

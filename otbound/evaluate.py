@@ -709,7 +709,9 @@ def compare(
         for k in ns
         for vi, (v, d) in enumerate(zip(objs, vdesigns, strict=True))
     }
-    known = _step_values(objs, vdesigns, ns, batch, why, exacts)
+    known = _step_values(
+        objs, vdesigns, ns, batch, why, exacts, _RunPlan(ids, trials, seed, target_se)
+    )
     for k in ns:
         for vi, (v, d) in enumerate(zip(objs, vdesigns, strict=True)):
             exact = exacts[k, vi]
@@ -769,6 +771,22 @@ def _skipped_frame(records: list[tuple[int, int, str, str, str]]) -> pd.DataFram
     return frame.reset_index(drop=True)
 
 
+@dataclass(frozen=True)
+class _RunPlan:
+    """What a Monte Carlo row of :func:`compare` needs beside its step: the step ids, the
+    trial cap, the base seed and the target standard error."""
+
+    ids: np.ndarray
+    trials: int
+    seed: int
+    target_se: float | None
+
+
+def _run_seed(seed: int, step: int, n: int, index: int) -> int:
+    """The seed of the Monte Carlo row of verifier ``index`` at step id ``step`` and ``n``."""
+    return int(np.random.SeedSequence(seed, spawn_key=(step, n, index)).generate_state(1)[0])
+
+
 def _step_values(
     objs: list[Any],
     designs: list[str],
@@ -776,13 +794,17 @@ def _step_values(
     batch: Step,
     why: dict[tuple[int, str], np.ndarray],
     exacts: dict[tuple[int, int], np.ndarray | None],
-) -> dict[tuple[int, int], dict[int, float | None]]:
-    """The exact acceptance of each shipped verifier (``(verifier index, step)`` →
-    ``{n: value}``) at every ``n`` of a step where its design applies, the verifier applies and
-    no batch computation serves it, from one :meth:`BaseVerifier.acceptances_of` call per step
-    (the work a step's ``n`` share, done once); a verifier that does not apply at an ``n`` has
-    no entry for it."""
-    known: dict[tuple[int, int], dict[int, float | None]] = {}
+    plan: _RunPlan,
+) -> dict[tuple[int, int], dict[int, float | Estimate | None]]:
+    """Each shipped verifier's value (``(verifier index, step)`` → ``{n: value}``) at every
+    ``n`` of a step where its design applies, the verifier applies and no batch computation
+    serves it, a step at a time (the work a step's ``n`` share is done once): the exact values
+    from one :meth:`BaseVerifier.acceptances_of` call, and where a value is ``None`` and
+    ``plan.trials > 0``, the :class:`Estimate` of :meth:`BaseVerifier.estimate_step` with the
+    row's own seed (:func:`_run_seed`), so the per-step caches of a verifier's estimates (the
+    stage chain of ``importance``, the ratio table of ``rrs_without_replacement``) serve every
+    ``n`` of the step. A verifier that does not apply at an ``n`` has no entry for it."""
+    known: dict[tuple[int, int], dict[int, float | Estimate | None]] = {}
     trusted = [
         vi
         for vi, v in enumerate(objs)
@@ -799,8 +821,17 @@ def _step_values(
                 for k in ns
                 if not why[k, d][step] and exacts[k, vi] is None and v.applies_to(row, k)
             ]
-            if ks:
-                known[vi, step] = v.acceptances_of(row, ks)
+            if not ks:
+                continue
+            values: dict[int, float | Estimate | None] = dict(v.acceptances_of(row, ks))
+            if plan.trials and _trusts_steps(v, "estimate"):
+                for k in ks:
+                    if values[k] is None:
+                        run_seed = _run_seed(plan.seed, int(plan.ids[step]), k, vi)
+                        values[k] = v.estimate_step(
+                            row, k, plan.trials, run_seed, target_se=plan.target_se
+                        )
+            known[vi, step] = values
     return known
 
 
@@ -816,11 +847,12 @@ def _verifier_row(
     index: int,
     level: float,
     target_se: float | None = None,
-    known: dict[int, float | None] | None = None,
+    known: dict[int, float | Estimate | None] | None = None,
 ) -> dict[str, object] | str:
     """The verifier's row at one step, or the reason it has none (:data:`SKIP_VERIFIER`,
     :data:`SKIP_NO_TRIALS`). A shipped verifier takes the validated ``row`` as it is;
-    ``known`` holds its exact values at the ``n`` where it applies (:func:`_step_values`)."""
+    ``known`` holds its values at the ``n`` where it applies (:func:`_step_values`: exact, or
+    an :class:`Estimate`)."""
     if known is not None:
         usable = n in known
     elif _trusts_steps(v, "applies"):
@@ -830,6 +862,7 @@ def _verifier_row(
         usable = not callable(applies) or applies(row.p, row.q, n)
     if not usable:
         return SKIP_VERIFIER
+    value: float | Estimate | None
     if known is not None:
         value = known[n]
     elif _trusts_steps(v, "acceptance"):
@@ -838,12 +871,12 @@ def _verifier_row(
         value = v.acceptance(row.p, row.q, n)
     if value is None and trials == 0:
         return SKIP_NO_TRIALS
-    if value is not None:
+    if isinstance(value, Estimate):
+        est = value
+    elif value is not None:
         est = _exact(float(value))
     else:
-        run_seed = int(
-            np.random.SeedSequence(seed, spawn_key=(step, n, index)).generate_state(1)[0]
-        )
+        run_seed = _run_seed(seed, step, n, index)
         if _trusts_steps(v, "estimate") and _trusts_steps(v, "acceptance"):
             est = v.estimate_step(row, n, trials, run_seed, target_se=target_se)
         else:

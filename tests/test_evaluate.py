@@ -469,6 +469,35 @@ def test_compare_raises_errors_of_the_shared_sweep(monkeypatch):
         compare(P4, Q4, n=(2, 3), verifiers=["rrs_without_replacement"], trials=0)
 
 
+def test_compare_gives_each_estimated_row_the_estimate_of_its_own_seed():
+    """compare estimates a step's Monte Carlo rows together (every ``n`` of a step, so the
+    caches of a step serve them all); each row is still :meth:`estimate` alone with the seed
+    of ``(seed, step, n, verifier index)``, whatever else was estimated before it."""
+    rng = np.random.default_rng(72)
+    p = rng.dirichlet(np.full(600, 0.3), size=2)
+    q = rng.dirichlet(np.full(600, 0.3), size=2)
+    names = ["importance", "rrs_without_replacement"]
+    df = compare(
+        p, q, n=(2, 3, 4), verifiers=names, designs=(), trials=2_000, seed=5, target_se=0.01,
+        step_ids=[10, 11],
+    )  # fmt: skip
+    estimated = df[~df["exact"]]
+    assert len(estimated) == 2 * 2 * 2  # n = 3, 4 of both verifiers on both steps
+    for row in estimated.itertuples():
+        index = names.index(row.verifier)
+        run_seed = int(
+            np.random.SeedSequence(5, spawn_key=(row.step, row.n, index)).generate_state(1)[0]
+        )
+        alone = get_verifier(row.verifier).estimate(
+            p[row.step - 10], q[row.step - 10], row.n, 2_000, run_seed, target_se=0.01
+        )
+        assert (row.acceptance, row.stderr, row.trials) == (
+            alone.acceptance,
+            alone.stderr,
+            alone.trials,
+        ), (row.verifier, row.n)
+
+
 def test_compare_gives_each_shipped_verifier_its_acceptance_bit_for_bit():
     """compare asks a shipped verifier for every ``n`` of a step at once
     (:meth:`~otbound.verifiers.base.BaseVerifier.acceptances_of`); each row is still the value

@@ -394,16 +394,42 @@ def test_importance_lp_uses_the_wrapper_tolerance(monkeypatch):
     from otbound.verifiers import importance
 
     calls = []
+    solutions = []
 
-    def spy(*args, **kwargs):
+    def spy(cost, matrix, *args, **kwargs):
         calls.append(kwargs.get("tolerance", _highs.FEASIBILITY_TOLERANCE))
-        return solve_lp(*args, **kwargs)
+        solution = _highs.solve_lp(cost, matrix, *args, **kwargs)
+        # the same LP through the scipy entry point: the same bits
+        dense = sp.csc_array(
+            (matrix.value, matrix.index, matrix.start), shape=(matrix.num_rows, cost.size)
+        )
+        solutions.append((solution, solve_lp(cost, dense, *args, **kwargs)))
+        return solution
 
     monkeypatch.setattr(importance, "solve_lp", spy)
     p, q = _importance_stage_inputs()
     stage = importance._solve_stage(p, q, q, 6)
     assert calls == [_highs.FEASIBILITY_TOLERANCE]
     assert stage.induced.sum() == pytest.approx(1.0, abs=1e-15)
+    ((columns, scipy_entry),) = solutions
+    assert np.array_equal(columns.x, scipy_entry.x)
+    assert columns.objective == scipy_entry.objective
+
+
+def test_solve_lp_names_a_malformed_column_matrix():
+    from otbound.bounds._highs import ColumnMatrix
+
+    start = np.array([0, 1, 2], dtype=np.int32)
+    index = np.array([0, 0], dtype=np.int32)
+    good = ColumnMatrix(start, index, np.array([1.0, 1.0]), 1)
+    assert solve_lp([1.0, 1.0], good, -np.inf, 1.0, maximize=True).objective == 1.0
+    with pytest.raises(ValueError, match="int32 starts and indices"):
+        wide = ColumnMatrix(start.astype(np.int64), index, good.value, 1)
+        solve_lp([1.0, 1.0], wide, 0.0, 1.0)
+    with pytest.raises(ValueError, match="2 indices and 1 values"):
+        solve_lp([1.0, 1.0], ColumnMatrix(start, index, np.array([1.0]), 1), 0.0, 1.0)
+    with pytest.raises(ValueError, match="cost must have shape"):
+        solve_lp([1.0], good, 0.0, 1.0)
 
 
 def test_the_kept_highs_instance_solves_as_a_new_one(monkeypatch):

@@ -1062,6 +1062,9 @@ def _several_n_cases(name: str) -> list[tuple[object, np.ndarray, np.ndarray]]:
         rng = np.random.default_rng(62)
         slots = rng.dirichlet(np.ones(5), size=3)
         out.append((get_verifier(name, design="per_slot"), rng.dirichlet(np.ones(5)), slots))
+    if name in ("greedy", "topk"):  # ties across the top-n boundaries (the lower id first)
+        tied = np.array([0.1, 0.2, 0.1, 0.2, 0.1, 0.05, 0.1, 0.05, 0.1])
+        out.append((get_verifier(name), np.full(9, 1 / 9), tied))
     return out
 
 

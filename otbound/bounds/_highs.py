@@ -89,8 +89,10 @@ def _solver(tolerance: float) -> highspy.Highs:
         _solvers.highs = highs
     else:
         highs.clearModel()
-    highs.setOptionValue("primal_feasibility_tolerance", tolerance)
-    highs.setOptionValue("dual_feasibility_tolerance", tolerance)
+    if getattr(_solvers, "tolerance", None) != tolerance:
+        highs.setOptionValue("primal_feasibility_tolerance", tolerance)
+        highs.setOptionValue("dual_feasibility_tolerance", tolerance)
+        _solvers.tolerance = tolerance
     return highs
 
 
@@ -123,22 +125,68 @@ class LPSolution:
     message: str
 
 
+#: Whether HiGHS's infinity is ``inf`` itself (then a bound needs no clipping to it).
+_HIGHS_INF_IS_INF = highspy.kHighsInf == math.inf
+
+
 def _bounds(values: object, size: int, name: str) -> np.ndarray:
     """A float64 bound vector of length ``size`` (``±inf`` become HiGHS's infinity)."""
     if isinstance(values, float | int) and not isinstance(values, bool):
         value = float(values)
         if math.isnan(value):
             raise ValueError(f"{name} contains NaN")
-        return np.full(size, min(max(value, -highspy.kHighsInf), highspy.kHighsInf))
-    arr = np.broadcast_to(np.asarray(values, dtype=np.float64), (size,))
-    if np.any(np.isnan(arr)):
+        if not _HIGHS_INF_IS_INF:
+            value = min(max(value, -highspy.kHighsInf), highspy.kHighsInf)
+        return np.full(size, value)
+    if isinstance(values, np.ndarray) and values.shape == (size,):
+        arr = values.astype(np.float64)  # a copy of its own
+    else:
+        arr = np.array(np.broadcast_to(np.asarray(values, dtype=np.float64), (size,)))
+    if np.isnan(arr).any():
         raise ValueError(f"{name} contains NaN")
-    return np.clip(arr, -highspy.kHighsInf, highspy.kHighsInf)
+    if not _HIGHS_INF_IS_INF:
+        arr = np.clip(arr, -highspy.kHighsInf, highspy.kHighsInf)
+    return arr
+
+
+@dataclass(frozen=True)
+class ColumnMatrix:
+    """A constraint matrix in the column-wise form HiGHS takes (CSC without duplicates), for
+    :func:`solve_lp` without a scipy object to build and convert (the importance-sampling
+    stages solve thousands of small LPs whose pattern is fixed).
+
+    Attributes
+    ----------
+    start : numpy.ndarray of int32, shape (num_cols + 1,)
+        Where each column's entries start in ``index`` and ``value``.
+    index : numpy.ndarray of int32
+        The row of each entry, increasing within a column.
+    value : numpy.ndarray of float64
+        The entries.
+    num_rows : int
+    """
+
+    start: np.ndarray
+    index: np.ndarray
+    value: np.ndarray
+    num_rows: int
+
+    @classmethod
+    def of(cls, matrix: sp.sparray | sp.spmatrix) -> ColumnMatrix:
+        """The column-wise form of a scipy sparse matrix (duplicates summed)."""
+        csc = sp.csc_array(matrix)
+        csc.sum_duplicates()
+        return cls(
+            start=csc.indptr.astype(np.int32),
+            index=csc.indices.astype(np.int32),
+            value=csc.data.astype(np.float64),
+            num_rows=csc.shape[0],
+        )
 
 
 def solve_lp(
     cost: object,
-    A: sp.sparray | sp.spmatrix,
+    A: sp.sparray | sp.spmatrix | ColumnMatrix,
     row_lower: object,
     row_upper: object,
     col_lower: object = 0.0,
@@ -153,8 +201,8 @@ def solve_lp(
     ----------
     cost : array_like, shape (num_cols,)
         Objective coefficients ``c``.
-    A : scipy.sparse array or matrix, shape (num_rows, num_cols)
-        Constraint matrix; passed to HiGHS column-wise (CSC).
+    A : scipy.sparse array or matrix, or ColumnMatrix, shape (num_rows, num_cols)
+        Constraint matrix; passed to HiGHS column-wise (CSC; a :class:`ColumnMatrix` as it is).
     row_lower, row_upper : array_like or float
         Row bounds (broadcast to ``num_rows``); ``±numpy.inf`` for a free side.
     col_lower, col_upper : array_like or float, default 0 and inf
@@ -172,10 +220,22 @@ def solve_lp(
     ------
     LPError
         The model status is not ``Optimal`` (infeasible, unbounded, a solver error, ...).
+    ValueError
+        A malformed :class:`ColumnMatrix`, a cost of the wrong shape, a NaN bound.
     """
-    csc = sp.csc_array(A)
-    csc.sum_duplicates()
-    num_rows, num_cols = csc.shape
+    if not isinstance(A, ColumnMatrix):
+        A = ColumnMatrix.of(A)
+    num_rows = A.num_rows
+    num_cols = A.start.size - 1
+    if A.start.dtype != np.int32 or A.index.dtype != np.int32 or A.value.dtype != np.float64:
+        raise ValueError(
+            "the column-wise matrix must hold int32 starts and indices and float64 values"
+        )
+    if A.index.size != A.value.size or A.start[-1] != A.value.size:
+        raise ValueError(
+            f"the column-wise matrix has {A.index.size} indices and {A.value.size} values for "
+            f"{int(A.start[-1])} entries"
+        )
     c = np.asarray(cost, dtype=np.float64)
     if c.shape != (num_cols,):
         raise ValueError(f"cost must have shape ({num_cols},), got {c.shape}")
@@ -192,9 +252,9 @@ def solve_lp(
     lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
     lp.a_matrix_.num_col_ = num_cols
     lp.a_matrix_.num_row_ = num_rows
-    lp.a_matrix_.start_ = csc.indptr.astype(np.int32)
-    lp.a_matrix_.index_ = csc.indices.astype(np.int32)
-    lp.a_matrix_.value_ = csc.data.astype(np.float64)
+    lp.a_matrix_.start_ = A.start
+    lp.a_matrix_.index_ = A.index
+    lp.a_matrix_.value_ = A.value
 
     highs = _solver(tolerance)
     pass_status = highs.passModel(lp)

@@ -123,17 +123,28 @@ class DraftDesign(ABC):
             ``shape[:-1]`` (numpy, or anything ``numpy.asarray`` reads: the torch path
             counts on its device); called only for designs with distinct drafts.
         """
-        slotted = self.slot_axis and len(shape) >= 2 and shape[-2] == n
-        reasons = np.full(shape[: -2 if slotted else -1], "", dtype=object)
-        if self.fixed_n is not None and n != self.fixed_n:
-            reasons[...] = f"design defined for n={self.fixed_n} only"
-        elif self.slot_axis and not slotted:
-            reasons[...] = NEEDS_SLOTS
-        elif n > shape[-1] and (self.distinct or self.within_vocabulary):
-            reasons[...] = ABOVE_VOCABULARY
+        reasons = np.full(shape[: -2 if self._slotted(shape, n) else -1], "", dtype=object)
+        reason = self._shape_reason(shape, n)
+        if reason:
+            reasons[...] = reason
         elif self.distinct:
             reasons[np.asarray(support()) < n] = ABOVE_SUPPORT
         return reasons
+
+    def _slotted(self, shape: tuple[int, ...], n: int) -> bool:
+        """Whether ``q`` of this shape has the slot axis of ``n`` draft distributions."""
+        return bool(self.slot_axis and len(shape) >= 2 and shape[-2] == n)
+
+    def _shape_reason(self, shape: tuple[int, ...], n: int) -> str:
+        """The reason of :meth:`unusable_rows` that the shape of ``q`` and ``n`` alone give
+        every row (``""``: none; the support sizes may still give one)."""
+        if self.fixed_n is not None and n != self.fixed_n:
+            return f"design defined for n={self.fixed_n} only"
+        if self.slot_axis and not self._slotted(shape, n):
+            return NEEDS_SLOTS
+        if n > shape[-1] and (self.distinct or self.within_vocabulary):
+            return ABOVE_VOCABULARY
+        return ""
 
     def check(self, q: np.ndarray, n: int) -> None:
         """Raise ``ValueError`` when ``n`` drafts cannot be drawn from ``q`` (..., V): the
@@ -143,6 +154,8 @@ class DraftDesign(ABC):
     def check_rows(self, shape: tuple[int, ...], n: int, support: Callable[[], Any]) -> None:
         """:meth:`check` from the shape of ``q`` and its support sizes (as
         :meth:`unusable_rows`); the numpy and torch paths raise the same words."""
+        if self._usable_everywhere(shape, n, support):
+            return
         counts: list[np.ndarray] = []
 
         def counted() -> np.ndarray:
@@ -171,6 +184,17 @@ class DraftDesign(ABC):
                 f"design {self.name!r} draws {n} distinct tokens"
             )
         raise ValueError(f"design {self.name!r} is defined for n={self.fixed_n} only, got n={n}")
+
+    def _usable_everywhere(
+        self, shape: tuple[int, ...], n: int, support: Callable[[], Any]
+    ) -> bool:
+        """Whether :meth:`unusable_rows` would give no reason for any row, without building
+        its table of reasons (the common case of :meth:`check_rows`, asked once per step and
+        verifier by :func:`otbound.compare`); ``False`` sends :meth:`check_rows` to the table
+        for the first reason in words."""
+        if self._shape_reason(shape, n):
+            return False
+        return not self.distinct or bool(np.all(np.asarray(support()) >= n))
 
     # -- sampling and enumeration ------------------------------------------------------------
     @abstractmethod

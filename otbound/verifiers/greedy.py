@@ -24,11 +24,13 @@ speculative sampling; at ``n = 2`` it is the SpecHub verifier (same sets, same p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from otbound.drafts import top_tokens
+from otbound.problem import Step
 from otbound.verifiers.base import BaseVerifier, sample_tokens
 
 __all__ = ["Greedy", "fixed_plus_one_plan"]
@@ -40,9 +42,7 @@ def fixed_plus_one_plan(p: np.ndarray, r: np.ndarray, fixed: np.ndarray) -> dict
     Returns the keep probabilities ``min(1, p/r)`` (V,), ``θ``, ``p`` restricted to ``fixed``
     (normalised), the residual on the other tokens, and ``α* = p(fixed) + Σ min(p, r)``.
     """
-    outside = np.ones(p.size, dtype=bool)
-    outside[fixed] = False
-    matched = np.where(outside, np.minimum(p, r), 0.0)
+    outside, alpha = _alpha_and_outside(p, r, fixed)
     p_fixed = float(p[fixed].sum())
     slack = float(np.where(outside, np.maximum(r - p, 0.0), 0.0).sum())  # 1 − Σ m, no cancellation
     theta = min(1.0, p_fixed / slack) if slack > 0 else 0.0
@@ -56,8 +56,16 @@ def fixed_plus_one_plan(p: np.ndarray, r: np.ndarray, fixed: np.ndarray) -> dict
         "theta": theta,
         "inside": inside / p_fixed if p_fixed > 0 else inside,
         "rest": rest / rest.sum() if rest.sum() > 0 else np.where(outside, p, 0.0),
-        "alpha": p_fixed + float(matched.sum()),
+        "alpha": alpha,
     }
+
+
+def _alpha_and_outside(p: np.ndarray, r: np.ndarray, fixed: np.ndarray) -> tuple[np.ndarray, float]:
+    """The tokens off ``fixed`` (mask) and ``α* = p(fixed) + Σ_{x ∉ fixed} min(p_x, r_x)``."""
+    outside = np.ones(p.size, dtype=bool)
+    outside[fixed] = False
+    matched = np.where(outside, np.minimum(p, r), 0.0)
+    return outside, float(p[fixed].sum()) + float(matched.sum())
 
 
 def _restricted(q: np.ndarray, fixed: np.ndarray) -> np.ndarray:
@@ -98,7 +106,17 @@ class Greedy(BaseVerifier):
 
     def _acceptance(self, p: np.ndarray, q: np.ndarray, n: int) -> float | None:
         fixed = top_tokens(q, n - 1)
-        return float(fixed_plus_one_plan(p, _restricted(q, fixed), fixed)["alpha"])
+        return _alpha_and_outside(p, _restricted(q, fixed), fixed)[1]
+
+    def _acceptances(self, step: Step, ns: Sequence[int]) -> dict[int, float | None]:
+        """Every ``n`` from one :func:`~otbound.drafts.top_tokens` call: the ``n − 1`` most
+        likely tokens are the first ``n − 1`` of the ``max(ns) − 1`` most likely (one order,
+        ties to the lower id), so each value is the one :meth:`_acceptance` gives."""
+        top = top_tokens(step.q, max(ns) - 1)
+        return {
+            n: _alpha_and_outside(step.p, _restricted(step.q, top[: n - 1]), top[: n - 1])[1]
+            for n in ns
+        }
 
     def _verify_one(
         self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator

@@ -68,7 +68,7 @@ from scipy import sparse
 from otbound._checks import clip_rounding
 from otbound._sorting import stable_argsort
 from otbound.bounds import LP_SLACK as _LP_SLACK
-from otbound.bounds import solve_lp
+from otbound.bounds._highs import ColumnMatrix, solve_lp
 from otbound.problem import Step
 from otbound.verifiers._step_cache import ByteBudgetCache, compact, step_key
 from otbound.verifiers.base import BaseVerifier, residual, sample_tokens
@@ -109,9 +109,10 @@ def _lp_pattern(s: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
     csc = sparse.csr_array((tags, (rows, cols)), shape=(s, nw + s)).tocsc()
     csc.sort_indices()
     perm = csc.data.astype(np.int64) - 1
-    for arr in (ii, jj, perm, csc.indices, csc.indptr):
+    indices, indptr = csc.indices.astype(np.int32), csc.indptr.astype(np.int32)  # as HiGHS
+    for arr in (ii, jj, perm, indices, indptr):
         arr.setflags(write=False)
-    return ii, jj, perm, csc.indices, csc.indptr
+    return ii, jj, perm, indices, indptr
 
 
 def _solve_top_lp(
@@ -136,8 +137,7 @@ def _solve_top_lp(
     ii, jj, perm, indices, indptr = _lp_pattern(s)  # variable k is W[ii[k], jj[k]]
     nw = ii.size
     # row y: t_y − Σ_j a_y b_j W[y,j] + Σ_i a_i b_y W[i,y] ≤ base_y (CSC values compiled)
-    data = lp_data(aS, bS, ii, jj, perm)
-    a_ub = sparse.csc_array((data, indices.copy(), indptr.copy()), shape=(s, nw + s))
+    a_ub = ColumnMatrix(indptr, indices, lp_data(aS, bS, ii, jj, perm), s)
     cost = np.concatenate((np.zeros(nw), np.ones(s)))
     upper = np.concatenate((np.ones(nw), pS))
     # max Σ t through the one HiGHS wrapper (its tight tolerances, status checked)

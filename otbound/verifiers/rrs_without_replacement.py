@@ -689,8 +689,10 @@ class RecursiveRejectionWithoutReplacement(BaseVerifier):
         self, p: np.ndarray, q: np.ndarray, n: int, trials: int, rng: np.random.Generator
     ) -> np.ndarray:
         """``1 − f(t_{n+1})`` on ``trials`` rejection paths (module docstring): unbiased, the
-        conditional expectation of a 0/1 acceptance event given the path."""
-        tab = _Ratios(p, q)
+        conditional expectation of a 0/1 acceptance event given the path. The ratio table
+        depends on the step only, so it is built once for the pilot and the final sample of
+        :meth:`estimate` and for every ``n`` of a step (:meth:`_memo`)."""
+        tab = self._memo("ratios", p, q, 0, lambda: _Ratios(p, q))
         u = rng.random((trials, max(n - 1, 1)))
         tables = (tab.rho, tab.cum_p, tab.cum_q, tab.tail_p, tab.tail_q, tab.q_sorted)
         rejected = _rejection_paths_fast(n, u, tables, float(tab.tail_q[0]), _search_ends(tab))

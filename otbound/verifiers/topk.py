@@ -16,9 +16,12 @@ one-hot drafts, and its output is ``p`` exactly.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from otbound.drafts import top_tokens
+from otbound.problem import Step
 from otbound.verifiers.base import BaseVerifier, sample_tokens
 
 __all__ = ["TopK"]
@@ -39,6 +42,13 @@ class TopK(BaseVerifier):
 
     def _acceptance(self, p: np.ndarray, q: np.ndarray, n: int) -> float | None:
         return float(p[top_tokens(q, n)].sum())
+
+    def _acceptances(self, step: Step, ns: Sequence[int]) -> dict[int, float | None]:
+        """Every ``n`` from one :func:`~otbound.drafts.top_tokens` call: the ``n`` most likely
+        tokens are the first ``n`` of the ``max(ns)`` most likely (one order, ties to the lower
+        id), summed in the same order, so each value is the one :meth:`_acceptance` gives."""
+        top = top_tokens(step.q, max(ns))
+        return {n: float(step.p[top[:n]].sum()) for n in ns}
 
     def _verify_one(
         self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
