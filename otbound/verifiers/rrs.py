@@ -16,8 +16,11 @@ the acceptance event "a draft passed its test" is exactly ``Y ∈ x̄``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
+from otbound.problem import Step
 from otbound.verifiers.base import BaseVerifier, residual, sample_tokens
 
 __all__ = ["RecursiveRejection"]
@@ -35,6 +38,18 @@ def residual_chain(p: np.ndarray, q: np.ndarray, n: int) -> tuple[np.ndarray, np
     return targets, miss
 
 
+def _acceptances_from_rates(
+    p: np.ndarray, q: np.ndarray, ns: Sequence[int]
+) -> dict[int, float | None]:
+    """``1 − Π_{k ≤ n} miss_k`` for each ``n`` from the compiled rates of ``max(ns)`` drafts
+    (those of :func:`residual_chain`, bit for bit); each product is taken over a fresh array
+    of the ``n`` rates, as over the rates of ``n`` drafts alone."""
+    from otbound.verifiers._rejection_kernels import rejection_rates  # numba
+
+    miss = rejection_rates(np.ascontiguousarray(p), np.ascontiguousarray(q), max(ns))
+    return {n: 1.0 - float(np.prod(miss[:n].copy())) for n in ns}
+
+
 class RecursiveRejection(BaseVerifier):
     """RRS with replacement (SpecInfer): ``α = 1 − Π_{k=1..n} (1 − β(p_k, q))``.
 
@@ -49,10 +64,13 @@ class RecursiveRejection(BaseVerifier):
     default_design = "iid"
 
     def _acceptance(self, p: np.ndarray, q: np.ndarray, n: int) -> float | None:
-        from otbound.verifiers._rejection_kernels import rejection_rates  # numba
+        return _acceptances_from_rates(p, q, [n])[n]
 
-        miss = rejection_rates(np.ascontiguousarray(p), np.ascontiguousarray(q), n)
-        return 1.0 - float(np.prod(miss))  # the rates of residual_chain, bit for bit
+    def _acceptances(self, step: Step, ns: Sequence[int]) -> dict[int, float | None]:
+        """Every ``n`` from one chain of rejection rates: the rates of ``n`` drafts are the
+        first ``n`` of ``max(ns)`` (each level depends on the earlier ones only), so each
+        value is the one :meth:`_acceptance` gives."""
+        return _acceptances_from_rates(step.p, step.q, ns)
 
     def _verify_one(
         self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator

@@ -19,11 +19,34 @@ which is independent of ``x_2..x_n``, lands on one of them with probability
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
+from otbound.problem import Step
 from otbound.verifiers.base import BaseVerifier, residual, sample_tokens
 
 __all__ = ["SingleDraft"]
+
+
+def _acceptances_of_first(
+    p: np.ndarray, q: np.ndarray, ns: Sequence[int]
+) -> dict[int, float | None]:
+    """``β(p, q) + Σ_y (p_y − q_y)⁺ (1 − (1 − q_y)^{n−1})`` for each ``n``."""
+    excess = np.maximum(p - q, 0.0)
+    beta = 1.0 - excess.sum()
+    out: dict[int, float | None] = {}
+    log_stay: np.ndarray | None = None  # log(1 − q_y), taken once for every n > 1
+    for n in ns:
+        if n == 1:
+            out[n] = float(beta)
+            continue
+        if log_stay is None:
+            with np.errstate(divide="ignore"):  # q_y = 1: (1 − q_y)^{n−1} = 0
+                log_stay = np.log1p(-np.minimum(q, 1.0))
+        hit = -np.expm1((n - 1) * log_stay)  # 1 − (1 − q_y)^{n−1}
+        out[n] = float(beta + float(np.sum(excess * hit)))
+    return out
 
 
 class SingleDraft(BaseVerifier):
@@ -42,13 +65,12 @@ class SingleDraft(BaseVerifier):
     default_design = "iid"
 
     def _acceptance(self, p: np.ndarray, q: np.ndarray, n: int) -> float | None:
-        excess = np.maximum(p - q, 0.0)
-        beta = 1.0 - excess.sum()
-        if n == 1:
-            return float(beta)
-        with np.errstate(divide="ignore"):  # q_y = 1: (1 − q_y)^{n−1} = 0
-            hit = -np.expm1((n - 1) * np.log1p(-np.minimum(q, 1.0)))  # 1 − (1 − q_y)^{n−1}
-        return float(beta + float(np.sum(excess * hit)))
+        return _acceptances_of_first(p, q, [n])[n]
+
+    def _acceptances(self, step: Step, ns: Sequence[int]) -> dict[int, float | None]:
+        """Every ``n`` from one ``(p − q)⁺`` and one ``log(1 − q)``, each value the one
+        :meth:`_acceptance` gives."""
+        return _acceptances_of_first(step.p, step.q, ns)
 
     def _verify_one(
         self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
