@@ -347,3 +347,53 @@ def test_without_replacement_sampler_is_not_conditional_poisson():
         draws = get_design(design).sample(q, 2, size, np.random.default_rng(7))
         frac = np.mean(np.all(draws < 2, axis=1))
         assert abs(frac - want) < 5 * math.sqrt(want * (1 - want) / size), (design, frac, want)
+
+
+def _top_tokens_by_partition(q: np.ndarray, k: int) -> np.ndarray:
+    """The partition-and-sort :func:`top_tokens` replaced (rows of a 2-d ``q``, ``k >= 1``)."""
+    kth = -np.partition(-q, k - 1, axis=-1)[:, k - 1 : k]
+    above = q > kth
+    ties = q == kth
+    room = k - above.sum(axis=-1, keepdims=True)
+    chosen = above | (ties & (np.cumsum(ties, axis=-1) <= room))
+    idx = np.nonzero(chosen)[1].reshape(q.shape[0], k)
+    order = np.argsort(-np.take_along_axis(q, idx, axis=-1), axis=-1, kind="stable")
+    return np.take_along_axis(idx, order, axis=-1)
+
+
+def test_top_tokens_matches_the_sorted_order_and_the_partition_it_replaced():
+    """The compiled pass gives the first ``k`` tokens of the order ``(−q, id)``: against the
+    sort of the oracle and the former partition, on rows with ties at every boundary, zeros
+    and one-hot rows, every ``k``."""
+    from otbound.drafts.helpers import top_tokens
+
+    rng = np.random.default_rng(91)
+    checked = 0
+    for case in range(60):
+        vocab = int(rng.integers(1, 40))
+        rows = rng.dirichlet(np.full(vocab, 0.5), size=3)
+        if case % 3 == 0:  # ties: a few distinct values
+            rows = np.round(rows * 4) / 4
+        if case % 5 == 0:
+            rows[:, rng.random(vocab) < 0.4] = 0.0
+        if case % 7 == 0:
+            rows[0] = np.eye(vocab)[int(rng.integers(vocab))]
+        for k in range(vocab + 1):
+            got = top_tokens(rows, k)
+            assert got.shape == (3, k) and got.dtype == np.int64
+            for r in range(3):
+                assert got[r].tolist() == oracles.top_tokens(rows[r].tolist(), k)
+            if k:
+                assert np.array_equal(got, _top_tokens_by_partition(rows, k))
+            assert np.array_equal(top_tokens(rows[1], k), got[1])
+            checked += 1
+    assert checked > 500
+
+
+def test_top_tokens_refuses_nan_and_k_beyond_the_vocabulary():
+    from otbound.drafts.helpers import top_tokens
+
+    with pytest.raises(ValueError, match="NaN"):
+        top_tokens(np.array([0.5, np.nan, 0.5]), 2)
+    with pytest.raises(ValueError, match=r"k must be in \[0, 3\]"):
+        top_tokens(np.array([0.5, 0.25, 0.25]), 4)

@@ -1113,3 +1113,30 @@ def test_a_step_keeps_its_support_and_ratio_order():
     assert batch.support == 3
     with pytest.raises(ValueError, match="one step"):
         _ = batch.ratio_order
+
+
+def test_memo_serves_only_inputs_equal_bit_for_bit(monkeypatch):
+    """A verifier's per-step cache is keyed on a CRC-32; an entry serves only the inputs it
+    was built from, bit for bit: a colliding key (forced here), a sign of zero or an array
+    changed in place after the build builds anew."""
+    from otbound.verifiers import _step_cache
+
+    v = get_verifier("rrs")
+    built = []
+
+    def build(tag):
+        built.append(tag)
+        return tag
+
+    p = np.array([0.0, 0.25, 0.75])
+    q = np.array([0.5, 0.25, 0.25])
+    assert v._memo("t", p, q, 2, lambda: build("a")) == "a"
+    assert v._memo("t", p.copy(), q.copy(), 2, lambda: build("b")) == "a"  # equal: served
+    monkeypatch.setattr(_step_cache, "step_key", lambda p, q: ("same key",))
+    assert v._memo("t", p, q, 2, lambda: build("c")) == "c"
+    signed = p.copy()
+    signed[0] = -0.0
+    assert v._memo("t", signed, q, 2, lambda: build("d")) == "d"
+    p[1], p[2] = 0.5, 0.5  # changed in place after the build
+    assert v._memo("t", p, q, 2, lambda: build("e")) == "e"
+    assert built == ["a", "c", "d", "e"]

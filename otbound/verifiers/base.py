@@ -276,6 +276,15 @@ def as_trials(trials: object) -> int:
     return int(trials)
 
 
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays hold the same bytes (shape and dtype too: ``-0.0`` is not ``0.0``)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.ndim and a.flags.c_contiguous and b.flags.c_contiguous:
+        return bool(np.array_equal(a.view(np.uint8), b.view(np.uint8)))
+    return a.tobytes() == b.tobytes()
+
+
 class BaseVerifier(ABC):
     """Common machinery of the shipped verifiers.
 
@@ -322,14 +331,25 @@ class BaseVerifier(ABC):
 
     def _memo(self, tag: str, p: np.ndarray, q: np.ndarray, n: int, build: Callable[[], _T]) -> _T:
         """``build()`` cached on the exact inputs (a few entries), so that a loop of
-        :meth:`verify` calls on one step solves its LP or bisection once."""
-        key = (tag, n, p.tobytes(), q.tobytes())
+        :meth:`verify` calls on one step solves its LP or bisection once, and the estimates of
+        a step's ``n`` share what depends on the step only.
+
+        Keyed on the shapes, dtypes and CRC-32s of ``p`` and ``q``
+        (:func:`~otbound.verifiers._step_cache.step_key`); an entry keeps copies of the inputs
+        it was built from and serves only inputs equal to them bit for bit (a key that
+        collides builds anew), without hashing the whole rows on every call.
+        """
+        from otbound.verifiers._step_cache import step_key  # numba
+
+        key = (tag, n, *step_key(p, q))
         cache = self.__dict__.setdefault("_cache", {})
-        if key not in cache:
+        entry = cache.get(key)
+        if entry is None or not (_same_bits(entry[0], p) and _same_bits(entry[1], q)):
             if len(cache) >= 8:
                 cache.clear()
-            cache[key] = build()
-        value: _T = cache[key]
+            entry = (p.copy(), q.copy(), build())
+            cache[key] = entry
+        value: _T = entry[2]
         return value
 
     # -- validation ---------------------------------------------------------------------------
