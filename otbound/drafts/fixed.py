@@ -37,14 +37,14 @@ def _fixed_plus_sampled(
     (``1 + p(H) − Q(H)`` with ``Q(H) = r(H)`` for ``H ⊇ T``). With nothing sampled
     (``topk``), ``α* = p(T)`` and ``H = T``.
     """
-    rows = np.arange(p.shape[0])[:, None]
-    inside = np.zeros(p.shape, dtype=bool)
-    inside[rows, fixed] = True
-    rest = np.where(inside, 0.0, q)
-    r = rest / rest.sum(axis=-1, keepdims=True)  # design.check: something is left to sample
-    sampled = np.where(inside, 0.0, np.minimum(p, r)).sum(axis=-1)
-    kept = np.where(inside, p, 0.0).sum(axis=-1)
-    return kept + sampled - 1.0, inside | (p < r)
+    from otbound.drafts._fixed_kernels import fixed_plus_sampled_rows  # numba
+
+    # one compiled pass a row, numpy's arithmetic in its order (design.check: something is
+    # left to sample, so r's total is positive)
+    p = np.ascontiguousarray(p, dtype=np.float64)
+    q = np.ascontiguousarray(q, dtype=np.float64)
+    gap, chosen = fixed_plus_sampled_rows(p, q, np.ascontiguousarray(fixed, dtype=np.int64))
+    return gap, chosen
 
 
 def _fixed_first_order(p: np.ndarray, q: np.ndarray, fixed: np.ndarray) -> np.ndarray:

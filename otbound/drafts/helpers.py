@@ -55,7 +55,7 @@ def top_tokens(q: np.ndarray, k: int) -> np.ndarray:
     """The ``k`` most likely tokens of each row, most likely first, ties to the lower id.
 
     ``O(V)`` per row: one compiled pass against a buffer of the ``k`` best
-    (:mod:`otbound.drafts._top_kernel`).
+    (:mod:`otbound.drafts._fixed_kernels`).
 
     Parameters
     ----------
@@ -83,7 +83,7 @@ def top_tokens(q: np.ndarray, k: int) -> np.ndarray:
         raise ValueError(f"k must be in [0, {vocab}] (the vocabulary), got {k}")
     if k == 0:
         return np.zeros((*q.shape[:-1], 0), dtype=np.int64)
-    from otbound.drafts._top_kernel import top_tokens_rows  # numba
+    from otbound.drafts._fixed_kernels import top_tokens_rows  # numba
 
     rows = np.ascontiguousarray(q.reshape(-1, vocab), dtype=np.float64)
     top = np.empty((rows.shape[0], k), dtype=np.int64)

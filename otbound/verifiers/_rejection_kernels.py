@@ -4,7 +4,7 @@
 passes and a new array a draft; :func:`rejection_rates` keeps one array of excesses and gets
 each level's from the previous one in a single pass, with numpy's arithmetic in numpy's
 order: ``max(p_k − q, 0)`` with ``p_k = excess_{k−1} / miss_{k−1}``, and the pairwise
-summation of ``np.sum`` for each miss (:func:`otbound.verifiers._importance_kernels.pairwise_sum`),
+summation of ``np.sum`` for each miss (:func:`otbound._pairwise.pairwise_sum`),
 so the rates are ``residual_chain``'s bit for bit (``tests/test_verifier_kernels.py``).
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from otbound.verifiers._importance_kernels import pairwise_sum
+from otbound._pairwise import pairwise_sum
 
 __all__ = ["rejection_rates"]
 

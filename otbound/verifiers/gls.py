@@ -79,9 +79,9 @@ from collections.abc import Sequence
 import numba
 import numpy as np
 
+from otbound._pairwise import pairwise_sum
 from otbound._sorting import stable_argsort
 from otbound.problem import Step
-from otbound.verifiers._importance_kernels import pairwise_sum
 from otbound.verifiers._step_cache import ratio_order, step_digest
 from otbound.verifiers.base import BaseVerifier
 

@@ -32,8 +32,8 @@ import numba
 import numpy as np
 
 from otbound._checks import clip_rounding
+from otbound._pairwise import pairwise_sum
 from otbound.problem import Step
-from otbound.verifiers._importance_kernels import pairwise_sum
 from otbound.verifiers._step_cache import ratio_order
 from otbound.verifiers.base import BaseVerifier, sample_tokens
 
