@@ -1116,10 +1116,10 @@ def test_a_step_keeps_its_support_and_ratio_order():
 
 
 def test_memo_serves_only_inputs_equal_bit_for_bit(monkeypatch):
-    """A verifier's per-step cache is keyed on a CRC-32; an entry serves only the inputs it
-    was built from, bit for bit: a colliding key (forced here), a sign of zero or an array
-    changed in place after the build builds anew."""
-    from otbound.verifiers import _step_cache
+    """A verifier's per-step cache is keyed on a cheap digest; an entry serves only the
+    inputs it was built from, bit for bit: a colliding digest (forced here), a sign of zero
+    or an array changed in place after the build builds anew."""
+    from otbound.verifiers import base
 
     v = get_verifier("rrs")
     built = []
@@ -1132,7 +1132,7 @@ def test_memo_serves_only_inputs_equal_bit_for_bit(monkeypatch):
     q = np.array([0.5, 0.25, 0.25])
     assert v._memo("t", p, q, 2, lambda: build("a")) == "a"
     assert v._memo("t", p.copy(), q.copy(), 2, lambda: build("b")) == "a"  # equal: served
-    monkeypatch.setattr(_step_cache, "step_key", lambda p, q: ("same key",))
+    monkeypatch.setattr(base, "_digest", lambda a: ("same digest",))
     assert v._memo("t", p, q, 2, lambda: build("c")) == "c"
     signed = p.copy()
     signed[0] = -0.0

@@ -276,12 +276,30 @@ def as_trials(trials: object) -> int:
     return int(trials)
 
 
+def _words(a: np.ndarray) -> np.ndarray | None:
+    """``a``'s bytes as 64-bit words (a view), or ``None`` where ``a`` is not a contiguous
+    array of 8-byte items."""
+    if a.ndim and a.dtype.itemsize == 8 and a.flags.c_contiguous:
+        return a.view(np.uint64)
+    return None
+
+
+def _digest(a: np.ndarray) -> tuple[object, ...]:
+    """A cheap digest of an array: shape, dtype and the wrapped sum of its 64-bit words (its
+    bytes where it has none). Equal arrays, bit for bit, have equal digests; the converse is
+    checked by :func:`_same_bits`."""
+    words = _words(a)
+    total = int(np.add.reduce(words, dtype=np.uint64)) if words is not None else a.tobytes()
+    return (a.shape, a.dtype.str, total)
+
+
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether two arrays hold the same bytes (shape and dtype too: ``-0.0`` is not ``0.0``)."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    if a.ndim and a.flags.c_contiguous and b.flags.c_contiguous:
-        return bool(np.array_equal(a.view(np.uint8), b.view(np.uint8)))
+    a_words, b_words = _words(a), _words(b)
+    if a_words is not None and b_words is not None:
+        return bool(np.array_equal(a_words, b_words))
     return a.tobytes() == b.tobytes()
 
 
@@ -334,14 +352,12 @@ class BaseVerifier(ABC):
         :meth:`verify` calls on one step solves its LP or bisection once, and the estimates of
         a step's ``n`` share what depends on the step only.
 
-        Keyed on the shapes, dtypes and CRC-32s of ``p`` and ``q``
-        (:func:`~otbound.verifiers._step_cache.step_key`); an entry keeps copies of the inputs
-        it was built from and serves only inputs equal to them bit for bit (a key that
-        collides builds anew), without hashing the whole rows on every call.
+        Keyed on a cheap digest of ``p`` and ``q`` (:func:`_digest`: their 64-bit words
+        added); an entry keeps copies of the inputs it was built from and serves only inputs
+        equal to them bit for bit (a digest that collides builds anew), without hashing the
+        whole rows on every call.
         """
-        from otbound.verifiers._step_cache import step_key  # numba
-
-        key = (tag, n, *step_key(p, q))
+        key = (tag, n, _digest(p), _digest(q))
         cache = self.__dict__.setdefault("_cache", {})
         entry = cache.get(key)
         if entry is None or not (_same_bits(entry[0], p) and _same_bits(entry[1], q)):
