@@ -1140,3 +1140,7 @@ def test_memo_serves_only_inputs_equal_bit_for_bit(monkeypatch):
     p[1], p[2] = 0.5, 0.5  # changed in place after the build
     assert v._memo("t", p, q, 2, lambda: build("e")) == "e"
     assert built == ["a", "c", "d", "e"]
+    slots = np.array([[0.5, 0.25, 0.25], [0.25, 0.5, 0.25]])  # one q per slot: (n, V)
+    monkeypatch.undo()
+    assert v._memo("t", p, slots, 2, lambda: build("f")) == "f"
+    assert v._memo("t", p, slots.copy(), 2, lambda: build("g")) == "f"

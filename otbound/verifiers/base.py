@@ -289,7 +289,9 @@ def _digest(a: np.ndarray) -> tuple[object, ...]:
     bytes where it has none). Equal arrays, bit for bit, have equal digests; the converse is
     checked by :func:`_same_bits`."""
     words = _words(a)
-    total = int(np.add.reduce(words, dtype=np.uint64)) if words is not None else a.tobytes()
+    total = (
+        int(np.add.reduce(words, axis=None, dtype=np.uint64)) if words is not None else a.tobytes()
+    )
     return (a.shape, a.dtype.str, total)
 
 
