@@ -800,10 +800,13 @@ def _step_values(
     ``n`` of a step where its design applies, the verifier applies and no batch computation
     serves it, a step at a time (the work a step's ``n`` share is done once): the exact values
     from one :meth:`BaseVerifier.acceptances_of` call, and where a value is ``None`` and
-    ``plan.trials > 0``, the :class:`Estimate` of :meth:`BaseVerifier.estimate_step` with the
-    row's own seed (:func:`_run_seed`), so the per-step caches of a verifier's estimates (the
-    stage chain of ``importance``, the ratio table of ``rrs_without_replacement``) serve every
-    ``n`` of the step. A verifier that does not apply at an ``n`` has no entry for it."""
+    ``plan.trials > 0`` and the verifier keeps the base class's ``estimate``, the
+    :class:`Estimate` of :meth:`BaseVerifier.estimate_step` with the row's own seed
+    (:func:`_run_seed`; a verifier that overrides ``estimate`` keeps ``None`` here and
+    :func:`_verifier_row` runs its Monte Carlo), so the per-step caches of a verifier's
+    estimates (the stage chain of ``importance``, the ratio table of
+    ``rrs_without_replacement``) serve every ``n`` of the step. A verifier that does not
+    apply at an ``n`` has no entry for it."""
     known: dict[tuple[int, int], dict[int, float | Estimate | None]] = {}
     trusted = [
         vi

@@ -390,6 +390,22 @@ def test_top_tokens_matches_the_sorted_order_and_the_partition_it_replaced():
     assert checked > 500
 
 
+def test_top_tokens_beyond_the_buffer_is_the_stable_order():
+    """Past :data:`BUFFERED_TOP` tokens ``top_tokens`` sorts: the same order, ties to the
+    lower id, on a rising row (the buffer's worst case) and on ties."""
+    from otbound.drafts.helpers import BUFFERED_TOP, top_tokens
+
+    rising = np.linspace(0.0, 1.0, 300)
+    tied = np.round(np.random.default_rng(93).random((2, 300)), 1)
+    for rows in (rising[None, :], tied):
+        for k in (BUFFERED_TOP, BUFFERED_TOP + 1, 300):
+            got = top_tokens(rows, k)
+            for r in range(rows.shape[0]):
+                assert got[r].tolist() == oracles.top_tokens(rows[r].tolist(), k)
+    with pytest.raises(ValueError, match="NaN"):
+        top_tokens(np.append(rising, np.nan), 200)
+
+
 def test_top_tokens_refuses_nan_and_k_beyond_the_vocabulary():
     from otbound.drafts.helpers import top_tokens
 
@@ -420,10 +436,17 @@ def test_fixed_plus_sampled_closed_form_is_the_numpy_one_bit_for_bit():
         vocab = int(rng.integers(3, 3_000 if case % 4 == 0 else 60))
         p = rng.dirichlet(np.full(vocab, 0.4), size=4)
         q = rng.dirichlet(np.full(vocab, 0.4), size=4)
-        if case % 3 == 0:
+        if case % 3 == 0:  # ties
             q = np.round(q * 8) / 8 + 1e-3
             q /= q.sum(axis=-1, keepdims=True)
-        fixed = top_tokens(q, int(rng.integers(0, min(vocab - 1, 8) + 1)))
+        if case % 2 == 0:  # zeros in both rows
+            p[:, rng.random(vocab) < 0.3] = 0.0
+            q[:, rng.random(vocab) < 0.3] = 0.0
+            q[:, 0] += 1e-3  # something left to sample
+            p /= p.sum(axis=-1, keepdims=True)
+            q /= q.sum(axis=-1, keepdims=True)
+        most = min(int(np.count_nonzero(q, axis=-1).min()) - 1, 8)
+        fixed = top_tokens(q, int(rng.integers(0, most + 1)))
         gap, chosen = _fixed_plus_sampled(p, q, fixed)
         want_gap, want_chosen = by_numpy(p, q, fixed)
         assert gap.tobytes() == want_gap.tobytes(), case

@@ -426,6 +426,13 @@ def test_solve_lp_names_a_malformed_column_matrix():
     with pytest.raises(ValueError, match="int32 starts and indices"):
         wide = ColumnMatrix(start.astype(np.int64), index, good.value, 1)
         solve_lp([1.0, 1.0], wide, 0.0, 1.0)
+    with pytest.raises(ValueError, match="begin with 0"):
+        solve_lp([1.0, 1.0], ColumnMatrix(start[:0], index, good.value, 1), 0.0, 1.0)
+    with pytest.raises(ValueError, match=r"row index outside \[0, 1\)"):
+        solve_lp([1.0, 1.0], ColumnMatrix(start, index + 1, good.value, 1), 0.0, 1.0)
+    twice = ColumnMatrix(np.array([0, 2], dtype=np.int32), index, good.value, 1)
+    with pytest.raises(ValueError, match="increase within each column"):
+        solve_lp([1.0], twice, 0.0, 1.0)
     with pytest.raises(ValueError, match="2 indices and 1 values"):
         solve_lp([1.0, 1.0], ColumnMatrix(start, index, np.array([1.0]), 1), 0.0, 1.0)
     with pytest.raises(ValueError, match="cost must have shape"):
@@ -443,7 +450,11 @@ def test_the_kept_highs_instance_solves_as_a_new_one(monkeypatch):
         problems.append((-rng.random(size + 2), a, np.zeros(size), np.ones(size)))
     first = [solve_lp(*lp, col_upper=1.0) for lp in problems]
     solve_lp(*problems[1], col_upper=1.0, tolerance=1e-9)
+    assert _highs._solver(1e-9).getOptionValue("primal_feasibility_tolerance")[1] == 1e-9
     again = [solve_lp(*lp, col_upper=1.0) for lp in problems]
+    for option in ("primal_feasibility_tolerance", "dual_feasibility_tolerance"):
+        value = _highs._solver(_highs.FEASIBILITY_TOLERANCE).getOptionValue(option)[1]
+        assert value == _highs.FEASIBILITY_TOLERANCE, option  # set back after the 1e-9 solve
     monkeypatch.setattr(_highs, "_solvers", threading.local())
     fresh = [solve_lp(*lp, col_upper=1.0) for lp in problems]
     for x, y, z in zip(first, again, fresh, strict=True):

@@ -1117,8 +1117,9 @@ def test_a_step_keeps_its_support_and_ratio_order():
 
 def test_memo_serves_only_inputs_equal_bit_for_bit(monkeypatch):
     """A verifier's per-step cache is keyed on a cheap digest; an entry serves only the
-    inputs it was built from, bit for bit: a colliding digest (forced here), a sign of zero
-    or an array changed in place after the build builds anew."""
+    inputs it was built from, bit for bit: under a digest that collides for every input
+    (forced here), a sign of zero or an array changed in place after the build builds anew,
+    and an equal copy is served."""
     from otbound.verifiers import base
 
     v = get_verifier("rrs")
@@ -1134,13 +1135,14 @@ def test_memo_serves_only_inputs_equal_bit_for_bit(monkeypatch):
     assert v._memo("t", p.copy(), q.copy(), 2, lambda: build("b")) == "a"  # equal: served
     monkeypatch.setattr(base, "_digest", lambda a: ("same digest",))
     assert v._memo("t", p, q, 2, lambda: build("c")) == "c"
+    assert v._memo("t", p.copy(), q, 2, lambda: build("x")) == "c"  # equal: served
     signed = p.copy()
     signed[0] = -0.0
-    assert v._memo("t", signed, q, 2, lambda: build("d")) == "d"
+    assert v._memo("t", signed, q, 2, lambda: build("d")) == "d"  # same digest, other bits
     p[1], p[2] = 0.5, 0.5  # changed in place after the build
     assert v._memo("t", p, q, 2, lambda: build("e")) == "e"
     assert built == ["a", "c", "d", "e"]
-    slots = np.array([[0.5, 0.25, 0.25], [0.25, 0.5, 0.25]])  # one q per slot: (n, V)
     monkeypatch.undo()
+    slots = np.array([[0.5, 0.25, 0.25], [0.25, 0.5, 0.25]])  # one q per slot: (n, V)
     assert v._memo("t", p, slots, 2, lambda: build("f")) == "f"
     assert v._memo("t", p, slots.copy(), 2, lambda: build("g")) == "f"

@@ -149,7 +149,7 @@ def _bounds(values: object, size: int, name: str) -> np.ndarray:
     return arr
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ColumnMatrix:
     """A constraint matrix in the column-wise form HiGHS takes (CSC without duplicates), for
     :func:`solve_lp` without a scipy object to build and convert (the importance-sampling
@@ -181,6 +181,32 @@ class ColumnMatrix:
             index=csc.indices.astype(np.int32),
             value=csc.data.astype(np.float64),
             num_rows=csc.shape[0],
+        )
+
+
+def _check_columns(A: ColumnMatrix) -> None:
+    """Raise ``ValueError``, in words, where ``A`` is not a column-wise matrix HiGHS takes."""
+    if A.start.dtype != np.int32 or A.index.dtype != np.int32 or A.value.dtype != np.float64:
+        raise ValueError(
+            "the column-wise matrix must hold int32 starts and indices and float64 values"
+        )
+    if A.start.ndim != 1 or A.start.size == 0 or A.start[0] != 0:
+        raise ValueError("the column-wise matrix's starts must begin with 0 (one per column + 1)")
+    if A.index.size != A.value.size or A.start[-1] != A.value.size:
+        raise ValueError(
+            f"the column-wise matrix has {A.index.size} indices and {A.value.size} values for "
+            f"{int(A.start[-1])} entries"
+        )
+    lengths = np.diff(A.start)
+    if np.any(lengths < 0):
+        raise ValueError("the column-wise matrix's starts must not decrease")
+    if A.index.size and (A.index.min() < 0 or A.index.max() >= A.num_rows):
+        raise ValueError(f"the column-wise matrix has a row index outside [0, {A.num_rows})")
+    column = np.repeat(np.arange(lengths.size), lengths)
+    rising = (np.diff(A.index) > 0) | (np.diff(column) > 0)
+    if not rising.all():
+        raise ValueError(
+            "the column-wise matrix's row indices must increase within each column (no duplicates)"
         )
 
 
@@ -227,15 +253,7 @@ def solve_lp(
         A = ColumnMatrix.of(A)
     num_rows = A.num_rows
     num_cols = A.start.size - 1
-    if A.start.dtype != np.int32 or A.index.dtype != np.int32 or A.value.dtype != np.float64:
-        raise ValueError(
-            "the column-wise matrix must hold int32 starts and indices and float64 values"
-        )
-    if A.index.size != A.value.size or A.start[-1] != A.value.size:
-        raise ValueError(
-            f"the column-wise matrix has {A.index.size} indices and {A.value.size} values for "
-            f"{int(A.start[-1])} entries"
-        )
+    _check_columns(A)
     c = np.asarray(cost, dtype=np.float64)
     if c.shape != (num_cols,):
         raise ValueError(f"cost must have shape ({num_cols},), got {c.shape}")

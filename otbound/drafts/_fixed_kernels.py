@@ -6,8 +6,9 @@ tokens are read in id order against a buffer of the ``k`` best so far, sorted by
 a higher id, so it ranks below), and it goes in after every kept mass at least its own. The
 buffer is then the first ``k`` tokens of the stable descending order, the result of
 :func:`otbound.drafts.helpers.top_tokens` (``tests/test_drafts.py`` checks it against the
-partition-and-sort it replaced). Each row costs one comparison a token once the buffer is
-full, instead of a partition, a tie count and a sort.
+partition-and-sort it replaced). A token that does not enter costs one comparison, one that
+does up to ``k`` moves: for the small ``k`` of the designs (the number of drafts) a row
+costs about one pass, instead of a partition, a tie count and a sort.
 
 :func:`fixed_plus_sampled_rows`: the closed form of the designs with fixed drafts plus one
 sampled, numpy's arithmetic in numpy's order (its pairwise sums,

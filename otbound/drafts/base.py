@@ -154,14 +154,15 @@ class DraftDesign(ABC):
     def check_rows(self, shape: tuple[int, ...], n: int, support: Callable[[], Any]) -> None:
         """:meth:`check` from the shape of ``q`` and its support sizes (as
         :meth:`unusable_rows`); the numpy and torch paths raise the same words."""
-        if self._usable_everywhere(shape, n, support):
-            return
         counts: list[np.ndarray] = []
 
-        def counted() -> np.ndarray:
-            counts.append(np.asarray(support()))
+        def counted() -> np.ndarray:  # the support sizes, counted once
+            if not counts:
+                counts.append(np.asarray(support()))
             return counts[0]
 
+        if self._usable_everywhere(shape, n, counted):
+            return
         reasons = self.unusable_rows(shape, n, counted)
         bad = np.argwhere(np.atleast_1d(reasons != ""))
         if bad.size == 0:

@@ -43,7 +43,12 @@ def _fixed_plus_sampled(
     # left to sample, so r's total is positive)
     p = np.ascontiguousarray(p, dtype=np.float64)
     q = np.ascontiguousarray(q, dtype=np.float64)
-    gap, chosen = fixed_plus_sampled_rows(p, q, np.ascontiguousarray(fixed, dtype=np.int64))
+    fixed = np.ascontiguousarray(fixed, dtype=np.int64)
+    if fixed.shape[:-1] != p.shape[:-1] or (
+        fixed.size and (fixed.min() < 0 or fixed.max() >= p.shape[-1])
+    ):  # the compiled pass indexes without bounds checks
+        raise ValueError(f"fixed must be token ids in [0, {p.shape[-1]}), one row a step")
+    gap, chosen = fixed_plus_sampled_rows(p, q, fixed)
     return gap, chosen
 
 

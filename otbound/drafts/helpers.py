@@ -28,6 +28,10 @@ __all__ = [
     "tuples_to_sets",
 ]
 
+#: The largest ``k`` :func:`top_tokens` finds with its buffer of the ``k`` best; beyond, a
+#: stable sort.
+BUFFERED_TOP = 64
+
 #: The smallest positive normal float64.
 _TINY = np.finfo(np.float64).tiny
 
@@ -54,8 +58,10 @@ def sweep_key(p: np.ndarray, q: np.ndarray) -> np.ndarray:
 def top_tokens(q: np.ndarray, k: int) -> np.ndarray:
     """The ``k`` most likely tokens of each row, most likely first, ties to the lower id.
 
-    ``O(V)`` per row: one compiled pass against a buffer of the ``k`` best
-    (:mod:`otbound.drafts._fixed_kernels`).
+    For ``k ≤`` :data:`BUFFERED_TOP` one compiled pass a row against a buffer of the ``k``
+    best (:mod:`otbound.drafts._fixed_kernels`: ``O(V)`` plus ``O(k)`` for each token that
+    enters the buffer); for a larger ``k`` the stable sort of ``−q`` (``O(V log V)``), the
+    same order.
 
     Parameters
     ----------
@@ -83,9 +89,14 @@ def top_tokens(q: np.ndarray, k: int) -> np.ndarray:
         raise ValueError(f"k must be in [0, {vocab}] (the vocabulary), got {k}")
     if k == 0:
         return np.zeros((*q.shape[:-1], 0), dtype=np.int64)
+    rows = np.ascontiguousarray(q.reshape(-1, vocab), dtype=np.float64)
+    if k > BUFFERED_TOP:  # a buffer of k would cost O(k) for each token that enters it
+        if np.isnan(rows).any():
+            raise ValueError("q contains NaN: its most likely tokens are not defined")
+        ranked = np.argsort(-rows, axis=-1, kind="stable")[:, :k]  # ties: the lower id first
+        return np.ascontiguousarray(ranked, dtype=np.int64).reshape(*q.shape[:-1], k)
     from otbound.drafts._fixed_kernels import top_tokens_rows  # numba
 
-    rows = np.ascontiguousarray(q.reshape(-1, vocab), dtype=np.float64)
     top = np.empty((rows.shape[0], k), dtype=np.int64)
     if not top_tokens_rows(rows, k, top):
         raise ValueError("q contains NaN: its most likely tokens are not defined")
