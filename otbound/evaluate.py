@@ -709,9 +709,8 @@ def compare(
         for k in ns
         for vi, (v, d) in enumerate(zip(objs, vdesigns, strict=True))
     }
-    known = _step_values(
-        objs, vdesigns, ns, batch, why, exacts, _RunPlan(ids, trials, seed, target_se)
-    )
+    plan = _RunPlan(ids, trials, seed, target_se)
+    known = _step_values(objs, vdesigns, ns, batch, why, exacts, plan)
     for k in ns:
         for vi, (v, d) in enumerate(zip(objs, vdesigns, strict=True)):
             exact = exacts[k, vi]
@@ -719,7 +718,7 @@ def compare(
                 if why[k, d][step] or exact is None:
                     cell = why[k, d][step] or _verifier_row(
                         v, d, batch.row(step), k, int(ids[step]), float(table[k, d][step]),
-                        trials, seed, vi, level, target_se, known.get((vi, step)),
+                        plan, vi, level, known.get((vi, step)),
                     )  # fmt: skip
                 else:
                     star = float(table[k, d][step])
@@ -845,11 +844,9 @@ def _verifier_row(
     n: int,
     step: int,
     star: float,
-    trials: int,
-    seed: int,
+    plan: _RunPlan,
     index: int,
     level: float,
-    target_se: float | None = None,
     known: dict[int, float | Estimate | None] | None = None,
 ) -> dict[str, object] | str:
     """The verifier's row at one step, or the reason it has none (:data:`SKIP_VERIFIER`,
@@ -872,18 +869,18 @@ def _verifier_row(
         value = v.acceptance_of(row, n)
     else:
         value = v.acceptance(row.p, row.q, n)
-    if value is None and trials == 0:
+    if value is None and plan.trials == 0:
         return SKIP_NO_TRIALS
     if isinstance(value, Estimate):
         est = value
     elif value is not None:
         est = _exact(float(value))
     else:
-        run_seed = _run_seed(seed, step, n, index)
+        run_seed = _run_seed(plan.seed, step, n, index)
         if _trusts_steps(v, "estimate") and _trusts_steps(v, "acceptance"):
-            est = v.estimate_step(row, n, trials, run_seed, target_se=target_se)
+            est = v.estimate_step(row, n, plan.trials, run_seed, target_se=plan.target_se)
         else:
-            est = _monte_carlo(v, row, n, trials, run_seed, target_se)
+            est = _monte_carlo(v, row, n, plan.trials, run_seed, plan.target_se)
     return _row(v, design, n, step, star, est, level)
 
 

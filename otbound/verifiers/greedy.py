@@ -42,8 +42,7 @@ def fixed_plus_one_plan(p: np.ndarray, r: np.ndarray, fixed: np.ndarray) -> dict
     Returns the keep probabilities ``min(1, p/r)`` (V,), ``θ``, ``p`` restricted to ``fixed``
     (normalised), the residual on the other tokens, and ``α* = p(fixed) + Σ min(p, r)``.
     """
-    outside, alpha = _alpha_and_outside(p, r, fixed)
-    p_fixed = float(p[fixed].sum())
+    outside, p_fixed, alpha = _fixed_and_matched(p, r, fixed)
     slack = float(np.where(outside, np.maximum(r - p, 0.0), 0.0).sum())  # 1 − Σ m, no cancellation
     theta = min(1.0, p_fixed / slack) if slack > 0 else 0.0
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -60,12 +59,28 @@ def fixed_plus_one_plan(p: np.ndarray, r: np.ndarray, fixed: np.ndarray) -> dict
     }
 
 
-def _alpha_and_outside(p: np.ndarray, r: np.ndarray, fixed: np.ndarray) -> tuple[np.ndarray, float]:
-    """The tokens off ``fixed`` (mask) and ``α* = p(fixed) + Σ_{x ∉ fixed} min(p_x, r_x)``."""
+def _fixed_and_matched(
+    p: np.ndarray, r: np.ndarray, fixed: np.ndarray
+) -> tuple[np.ndarray, float, float]:
+    """The tokens off ``fixed`` (mask), ``p(fixed)`` and
+    ``α* = p(fixed) + Σ_{x ∉ fixed} min(p_x, r_x)``."""
     outside = np.ones(p.size, dtype=bool)
     outside[fixed] = False
     matched = np.where(outside, np.minimum(p, r), 0.0)
-    return outside, float(p[fixed].sum()) + float(matched.sum())
+    p_fixed = float(p[fixed].sum())
+    return outside, p_fixed, p_fixed + float(matched.sum())
+
+
+def _greedy_acceptances(p: np.ndarray, q: np.ndarray, ns: Sequence[int]) -> dict[int, float | None]:
+    """``α*`` for each ``n`` from one :func:`~otbound.drafts.top_tokens` call: the ``n − 1``
+    most likely tokens are the first ``n − 1`` of the ``max(ns) − 1`` most likely (one order,
+    ties to the lower id)."""
+    top = top_tokens(q, max(ns) - 1)
+    out: dict[int, float | None] = {}
+    for n in ns:
+        fixed = top[: n - 1]
+        out[n] = _fixed_and_matched(p, _restricted(q, fixed), fixed)[2]
+    return out
 
 
 def _restricted(q: np.ndarray, fixed: np.ndarray) -> np.ndarray:
@@ -105,18 +120,12 @@ class Greedy(BaseVerifier):
     default_design = "greedy"
 
     def _acceptance(self, p: np.ndarray, q: np.ndarray, n: int) -> float | None:
-        fixed = top_tokens(q, n - 1)
-        return _alpha_and_outside(p, _restricted(q, fixed), fixed)[1]
+        return _greedy_acceptances(p, q, [n])[n]
 
     def _acceptances(self, step: Step, ns: Sequence[int]) -> dict[int, float | None]:
-        """Every ``n`` from one :func:`~otbound.drafts.top_tokens` call: the ``n − 1`` most
-        likely tokens are the first ``n − 1`` of the ``max(ns) − 1`` most likely (one order,
-        ties to the lower id), so each value is the one :meth:`_acceptance` gives."""
-        top = top_tokens(step.q, max(ns) - 1)
-        return {
-            n: _alpha_and_outside(step.p, _restricted(step.q, top[: n - 1]), top[: n - 1])[1]
-            for n in ns
-        }
+        """Every ``n`` from one top-tokens call (:func:`_greedy_acceptances`), each value the
+        one :meth:`_acceptance` gives."""
+        return _greedy_acceptances(step.p, step.q, ns)
 
     def _verify_one(
         self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator

@@ -27,6 +27,14 @@ from otbound.verifiers.base import BaseVerifier, sample_tokens
 __all__ = ["TopK"]
 
 
+def _kept_masses(p: np.ndarray, q: np.ndarray, ns: Sequence[int]) -> dict[int, float | None]:
+    """``p(T_n)`` for each ``n`` from one :func:`~otbound.drafts.top_tokens` call: the ``n``
+    most likely tokens are the first ``n`` of the ``max(ns)`` most likely (one order, ties to
+    the lower id), summed in that order."""
+    top = top_tokens(q, max(ns))
+    return {n: float(p[top[:n]].sum()) for n in ns}
+
+
 class TopK(BaseVerifier):
     """Verifier for deterministic top-``n`` drafts: ``α = p(T)``.
 
@@ -41,14 +49,12 @@ class TopK(BaseVerifier):
     default_design = "topk"
 
     def _acceptance(self, p: np.ndarray, q: np.ndarray, n: int) -> float | None:
-        return float(p[top_tokens(q, n)].sum())
+        return _kept_masses(p, q, [n])[n]
 
     def _acceptances(self, step: Step, ns: Sequence[int]) -> dict[int, float | None]:
-        """Every ``n`` from one :func:`~otbound.drafts.top_tokens` call: the ``n`` most likely
-        tokens are the first ``n`` of the ``max(ns)`` most likely (one order, ties to the lower
-        id), summed in the same order, so each value is the one :meth:`_acceptance` gives."""
-        top = top_tokens(step.q, max(ns))
-        return {n: float(step.p[top[:n]].sum()) for n in ns}
+        """Every ``n`` from one top-tokens call (:func:`_kept_masses`), each value the one
+        :meth:`_acceptance` gives."""
+        return _kept_masses(step.p, step.q, ns)
 
     def _verify_one(
         self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
