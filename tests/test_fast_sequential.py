@@ -8,6 +8,7 @@ against brute force on small vocabularies.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -263,8 +264,10 @@ def test_ratio_buckets_keep_the_order_and_the_sums():
             assert np.all(r[tokens] < edge[b + 1])
         assert sum_p[b] == pytest.approx(p[tokens].sum(), rel=1e-12)
         assert sum_q[b] == pytest.approx(q[tokens].sum(), rel=1e-12)
-        largest = np.sort(q[tokens])[::-1][:4]
+        prefix = order[: starts[b + 1]]
+        largest = np.sort(q[prefix])[::-1][:4]
         np.testing.assert_array_equal(tops[b, : largest.size], largest)
+        assert np.all(tops[b, largest.size :] == 0.0)
 
 
 @pytest.mark.parametrize("n", [2, 3, 5, 8])
@@ -374,6 +377,7 @@ from otbound.drafts import _sequential_mass as mass_module  # noqa: E402
 from otbound.drafts._sequential_level import (  # noqa: E402
     LEVEL_CHECK,
     LEVEL_SETTLED,
+    _inside_lower,
     level_layout,
     settle_level,
 )
@@ -405,8 +409,21 @@ def _numpy_settle_level(starts, ends, remaining, left, positives, cum_p, suffix,
         for k, n in enumerate(ns)
     ]
     slack = mass_module.CANDIDATE_SLACK
+    # inside the segment each prefix's own p(H_i), with Q(H_i) ≤ min(Q(H_e), Q(H_s) + K_e m)
+    inside = np.full((len(ns), starts.size), np.inf)
+    for k, n in enumerate(ns):
+        slope = growth[k] * reach ** (n - 1)
+        for j, (a, e) in enumerate(zip(starts, ends, strict=True)):
+            i = np.arange(a + 1, e)
+            if i.size:
+                cap = np.minimum(known[k, e], known[k, a] + slope[j] * (suffix[a] - suffix[i]))
+                inside[k, j] = np.min(cum_p[i] - cap)
     chosen = np.flatnonzero(
-        (ends - starts > 1) & np.any([lo < gap[k] + slack for k, lo in enumerate(lower)], axis=0)
+        (ends - starts > 1)
+        & np.any(
+            [(lo < gap[k] + slack) & (inside[k] < gap[k] + slack) for k, lo in enumerate(lower)],
+            axis=0,
+        )
     )
     lengths = ends[chosen] - starts[chosen]
     step = -(-lengths // mass_module.REFINE)
@@ -456,6 +473,31 @@ def test_settle_level_is_the_numpy_bookkeeping():
     assert checked > 0  # some segments are candidates
 
 
+def test_the_inside_bound_is_below_every_prefix_inside():
+    """``p(H_i) − min(Q(H_e), Q(H_s) + K_e (q(H_i) − q(H_s)))`` never exceeds the exact
+    ``p(H_i) − Q(H_i)``, and it is tight somewhere (the test can fail)."""
+    rng = np.random.default_rng(83)
+    closest = np.inf
+    for vocab in (30, 400, 3_000):
+        for n in (3, 4, 8):
+            p, q = _zipf_pair(rng, vocab)
+            order = np.argsort(_sweep_key(p, q))
+            p, q = p[order], q[order]
+            cum_p, suffix, _ = prefix_sums(p, q)
+            exact = sequential_prefix_masses(q, [n])[0]
+            slope = mass_module._growth_bound(q, n)
+            cuts = np.unique(np.concatenate(([0, vocab], rng.integers(1, vocab, vocab // 5))))
+            for a, e in itertools.pairwise(cuts):
+                if e - a < 2:
+                    continue
+                reach = min(1.0 - suffix[e] / suffix[0] + 1e-12, 1.0)
+                bound = _inside_lower(a, e, cum_p, suffix, exact, slope * reach ** (n - 1))
+                truth = np.min(cum_p[a + 1 : e] - exact[a + 1 : e])
+                assert bound <= truth + 1e-15
+                closest = min(closest, truth - bound)
+    assert closest < 1e-3
+
+
 def test_settle_level_hands_bad_masses_back_to_numpy_which_raises(monkeypatch):
     rng = np.random.default_rng(82)
     args = _level_inputs(rng, 500, [4])
@@ -502,3 +544,24 @@ def test_level_layout_is_the_numpy_layout():
         for a, b in zip(got[:5], want, strict=True):
             np.testing.assert_array_equal(a, b)
         assert got[5] == (lengths.max() if lengths.size else 0)
+
+
+def test_the_left_weight_stops_where_its_terms_no_longer_change_the_sum():
+    """All sixty terms of the series, in plain Python, give the same float bit for bit."""
+    from otbound.drafts._sequential_mass import _inverse, _left_weight
+
+    rng = np.random.default_rng(84)
+    lam = np.concatenate([rng.random(300), 10.0 ** rng.uniform(-300, 0, 300), [0.0, 1.0, 5e-324]])
+    for t_lo, h in [(9.5e-4, 0.2), (0.05, 0.2), (1.0, 0.2), (1.0, 0.5)]:
+        inverse = _inverse(h)
+        want = []
+        for value in lam:
+            x, total, term, sign = value * t_lo, 0.0, value * t_lo, 1.0
+            for m in range(60):
+                total += sign * term * inverse[m]
+                term = term * x / (m + 1)
+                sign = -sign
+            want.append(h * total)
+        got = _left_weight(lam, t_lo, h)
+        assert np.count_nonzero(got) > 500  # the series is not trivially zero
+        np.testing.assert_array_equal(got, np.array(want))

@@ -51,32 +51,32 @@ _SMALL_REST = 1e-6
 def _bucket_row_kernel(p, q, top, order, ratio, starts, edge, sum_p, sum_q, tops):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     vocab = p.shape[0]
     shift = np.uint64(_SHIFT)
+    bits = ratio.view(np.uint64)
+    low = np.uint64(0xFFFFFFFFFFFFFFFF)
+    high = np.uint64(0)
     positive = 0
-    for x in range(vocab):
+    for x in range(vocab):  # the ratios and the range of their top bits
         if q[x] > 0.0:
             r = p[x] / q[x]
             if not (r < np.inf) or (p[x] > 0.0 and r < _TINY):
                 return -1
             ratio[x] = r
             positive += 1
+            if r > 0.0:
+                b = bits[x] >> shift
+                low = min(low, b)
+                high = max(high, b)
         else:
             ratio[x] = 0.0
     if positive == 0:
         return 0
-    bits = ratio.view(np.uint64) >> shift
-    low = np.uint64(0xFFFFFFFFFFFFFFFF)
-    high = np.uint64(0)
-    for x in range(vocab):
-        if q[x] > 0.0 and ratio[x] > 0.0:
-            low = min(low, bits[x])
-            high = max(high, bits[x])
     # slot 0: ratio 0 (p = 0); slot 1 + (bits − low): the others
     width = 1 + (int(high - low) + 1 if high >= low else 0)
-    slot = np.empty(vocab, dtype=np.int64)
+    slot = np.empty(vocab, dtype=np.int32)
     count = np.zeros(width + 1, dtype=np.int64)
     for x in range(vocab):
         if q[x] > 0.0:
-            s = 0 if ratio[x] == 0.0 else 1 + int(bits[x] - low)
+            s = 0 if ratio[x] == 0.0 else 1 + int((bits[x] >> shift) - low)
             slot[x] = s
             count[s + 1] += 1
     # compact the occupied slots into buckets
@@ -95,25 +95,32 @@ def _bucket_row_kernel(p, q, top, order, ratio, starts, edge, sum_p, sum_q, tops
     for b in range(buckets):
         edge[b] = edge_values[b]
     fill = starts[:buckets].copy()
-    for b in range(buckets):
-        sum_p[b] = 0.0
-        sum_q[b] = 0.0
-        for k in range(top):
-            tops[b, k] = 0.0
     for x in range(vocab):
         if q[x] > 0.0:
             b = bucket_of[slot[x]]
             order[fill[b]] = x
             fill[b] += 1
-            sum_p[b] += p[x]
-            sum_q[b] += q[x]
+    # each bucket's sums (its tokens in ascending id, as scattered) and the largest masses of
+    # the prefix through it (few tokens enter that list: the check is one comparison)
+    largest = np.zeros(max(top, 1))
+    for b in range(buckets):
+        total_p = 0.0
+        total_q = 0.0
+        for i in range(starts[b], starts[b + 1]):
+            x = order[i]
+            total_p += p[x]
             value = q[x]
-            if top > 0 and value > tops[b, top - 1]:
+            total_q += value
+            if top > 0 and value > largest[top - 1]:
                 k = top - 1
-                while k > 0 and tops[b, k - 1] < value:
-                    tops[b, k] = tops[b, k - 1]
+                while k > 0 and largest[k - 1] < value:
+                    largest[k] = largest[k - 1]
                     k -= 1
-                tops[b, k] = value
+                largest[k] = value
+        sum_p[b] = total_p
+        sum_q[b] = total_q
+        for k in range(top):
+            tops[b, k] = largest[k]
     return buckets
 
 
@@ -127,7 +134,7 @@ def bucket_row(
     p, q : numpy.ndarray, shape (V,)
         Target and draft probabilities (float64).
     top : int
-        How many of the largest masses of each bucket to keep (for
+        How many of the largest masses of each prefix of buckets to keep (for
         :func:`product_lower_bound`).
 
     Returns
@@ -147,7 +154,8 @@ def bucket_row(
     sum_p, sum_q : numpy.ndarray, shape (K,)
         ``p`` and ``q`` of each bucket.
     tops : numpy.ndarray, shape (K, top)
-        The ``top`` largest masses of each bucket, descending (0 where it holds fewer).
+        Row ``b``: the ``top`` largest masses of the buckets ``0..b`` together, descending (0
+        where they hold fewer).
     """
     vocab = p.shape[0]
     order = np.empty(vocab, dtype=np.int64)
@@ -174,22 +182,8 @@ def bucket_row(
 @numba.njit(cache=True)
 def _product_lower_kernel(cum_q, tops, n, out):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     buckets = tops.shape[0]
-    largest = np.zeros(n)
-    merged = np.zeros(2 * n)
     out[0] = 0.0 if n > 0 else 1.0
     for b in range(buckets):
-        # the n largest masses of H_{b+1}: merge the bucket's into the running list
-        i = 0
-        j = 0
-        for k in range(n):
-            if j >= tops.shape[1] or (i < n and largest[i] >= tops[b, j]):
-                merged[k] = largest[i]
-                i += 1
-            else:
-                merged[k] = tops[b, j]
-                j += 1
-        for k in range(n):
-            largest[k] = merged[k]
         c = cum_q[b + 1]
         bound = 1.0
         drawn = 0.0
@@ -199,7 +193,7 @@ def _product_lower_kernel(cum_q, tops, n, out):  # type: ignore[no-untyped-def] 
                 bound = 0.0
                 break
             bound *= min((c - drawn) / rest, 1.0)
-            drawn += largest[k]
+            drawn += tops[b, k]
         out[b + 1] = bound
 
 
@@ -215,7 +209,8 @@ def product_lower_bound(cum_q: np.ndarray, tops: np.ndarray, n: int) -> np.ndarr
     cum_q : numpy.ndarray, shape (K + 1,)
         ``q(H_b)``.
     tops : numpy.ndarray, shape (K, >= n)
-        Each bucket's largest masses, descending.
+        The largest masses of ``H_{b+1}`` (the buckets ``0..b``), descending
+        (:func:`bucket_row`).
     n : int
 
     Returns

@@ -54,7 +54,7 @@ def bucketed_candidates(
     edge, mass : numpy.ndarray, shape (K,)
         Each bucket's lower ratio edge ``r_b`` and its draft mass ``q_b``.
     tops : numpy.ndarray, shape (K, >= n)
-        Each bucket's largest masses, descending.
+        The largest masses of the buckets ``0..b`` together, descending (row ``b``).
     n : int
 
     Returns

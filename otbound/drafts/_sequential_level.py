@@ -90,6 +90,26 @@ def _power(x, e):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     return math.pow(x, float(e))
 
 
+@numba.njit(cache=True, error_model="numpy")
+def _inside_lower(start, end, cum_p, suffix, known, slope):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    r"""``min_{s < i < e} [p(H_i) − min(Q(H_e), Q(H_s) + K_e (q(H_i) − q(H_s)))]``: a lower
+    bound on ``p(H_i) − Q(H_i)`` at the prefixes inside the segment ``[s, e)``, with each
+    prefix's own ``p(H_i)`` (``Q`` grows with ``H``, by at most ``K_e`` per unit of mass added).
+    NaN when a term is NaN (the caller then keeps the segment)."""
+    lowest = np.inf
+    top = known[end]
+    for i in range(start + 1, end):
+        cap = known[start] + slope * (suffix[start] - suffix[i])
+        if cap > top:
+            cap = top
+        value = cum_p[i] - cap
+        if value != value:
+            return value
+        if value < lowest:
+            lowest = value
+    return lowest
+
+
 @numba.njit(cache=True, error_model="numpy")  # as in numpy: x / 0 is inf, 0 / 0 NaN
 def settle_level(  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     starts,
@@ -125,7 +145,9 @@ def settle_level(  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
         p(H_s) − Q(H_e) + \min\Bigl(\frac{r_s}{K q(H_e)^{n−1}}, 1\Bigr)
         \max(Q(H_e) − Q(H_s), 0) < \mathrm{gap}_n + \mathrm{slack}
 
-    (``r_s`` the ratio ``p/q`` of token ``s``, ``K = growth[k]``, ``q(H_e)`` rounded up), and
+    (``r_s`` the ratio ``p/q`` of token ``s``, ``K = growth[k]``, ``q(H_e)`` rounded up) and,
+    with each inside prefix's own ``p(H_i)`` (:func:`_inside_lower`),
+    ``min_{s<i<e} [p(H_i) − min(Q(H_e), Q(H_s) + K q(H_e)^{n−1} (q(H_i) − q(H_s)))]`` is too;
     each candidate is cut into ``refine`` pieces of ``⌈length / refine⌉`` tokens.
 
     Returns
@@ -174,11 +196,14 @@ def settle_level(  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
         ratio = p[start] / q[start] if q[start] > 0.0 else np.inf
         for k in range(many):
             rise = max(known[k, end] - known[k, start], 0.0)
-            share = ratio / (growth[k] * _power(reach, integrated[k] - 1))
+            slope = growth[k] * _power(reach, integrated[k] - 1)
+            share = ratio / slope
             if share > 1.0:
                 share = 1.0  # np.minimum: a NaN stays NaN
             lower = cum_p[start] - known[k, end] + share * rise
-            if lower < gap[slots[k]] + slack:
+            if not lower < gap[slots[k]] + slack:
+                continue
+            if _inside_lower(start, end, cum_p, suffix, known[k], slope) < gap[slots[k]] + slack:
                 chosen[count] = s
                 count += 1
                 break
