@@ -45,6 +45,7 @@ import numba
 import numpy as np
 
 from otbound._checks import clip_rounding
+from otbound._scratch import scratch
 from otbound._sorting import bucket_argsort
 from otbound.drafts._sequential_layout import (
     PAIRS_FOUND,
@@ -501,6 +502,7 @@ def _segment_mass(
     start_states,
     store,
     chunks,
+    stored_buffer,
 ):  # pragma: no cover - compiled
     """Count distributions swept over segments, per node.
 
@@ -512,14 +514,17 @@ def _segment_mass(
     of :func:`_segment_power_sums`), the others one by one. Returns
     the trapezoid sums ``Σ_j w_j P[N < n]`` at every segment end (len(counts), segments) and,
     when ``store``, every node's state at every segment start (num_nodes, segments, max n),
-    zero once negligible (else an empty array). The nodes are split into one chunk per
+    zero once negligible (else an empty array), a view of ``stored_buffer`` (float64, at least
+    that size; :func:`otbound._scratch.scratch`). The nodes are split into one chunk per
     thread, each with its own accumulator.
     """
     many = counts.shape[0]
     top = counts[many - 1]
     segments = edges.shape[0] - 1
     acc = np.zeros((chunks, many, segments))
-    stored = np.zeros((num_nodes if store else 0, segments if store else 0, top))
+    kept = num_nodes if store else 0
+    stored = stored_buffer[: kept * segments * top].reshape((kept, segments, top))
+    stored[:] = 0.0
     inverse_factorial = np.ones(MOST_TERMS + 3)
     for r in range(1, MOST_TERMS + 3):
         inverse_factorial[r] = inverse_factorial[r - 1] / r
@@ -776,7 +781,7 @@ def sequential_prefix_minimum(
             q, suffix, starts, ends, scale, small_limit, FOLD_MIN
         )
         rising = np.empty(vals.size)
-        sigma = np.empty((total, MOST_TERMS))
+        sigma = scratch("sequential power sums", (total, MOST_TERMS))
         small_count = np.zeros(edges.size - 1, dtype=np.int64)
         if longest > 1:
             _segment_power_sums(
@@ -799,6 +804,7 @@ def sequential_prefix_minimum(
             states,
             longest > 1,
             max(1, min(numba.get_num_threads(), num_nodes)),
+            scratch("sequential stored states", (num_nodes * (edges.size - 1) * top,)),
         )
         left = _left_weight(suffix[ends], t_lo, h)
         # Q at the segment ends, the minimum so far, and the next level: inside a segment
