@@ -531,16 +531,14 @@ def test_level_layout_is_the_numpy_layout():
         cuts = np.unique(np.concatenate(([0, vocab], rng.integers(0, vocab + 1, 9))))
         chosen = rng.random(cuts.size - 1) < 0.6
         starts, ends = cuts[:-1][chosen], cuts[1:][chosen]
-        small_limit, scale = float(np.median(q)), 4.0
-        got = level_layout(q, suffix, starts, ends, scale, small_limit, 16)
+        scale = 4.0
+        got = level_layout(q, suffix, starts, ends, scale, 16)
         lengths = ends - starts
         edges = np.concatenate(([0], np.cumsum(lengths)))
         idx = np.repeat(starts - edges[:-1], lengths) + np.arange(edges[-1])
-        small = np.add.reduceat((q[idx] <= small_limit / scale).astype(np.int64), edges[:-1])
-        small = small if idx.size else np.zeros(lengths.size, dtype=np.int64)
-        needed = np.where(lengths > 16, lengths - small + 1, 0)
-        rows = np.concatenate(([0], np.cumsum(needed)))
-        want = (edges, q[idx] * scale, suffix[idx + 1] * scale, rows[:-1], rows[-1])
+        folded = lengths > 16
+        rows = np.where(folded, np.cumsum(folded) - 1, 0)
+        want = (edges, q[idx] * scale, suffix[idx + 1] * scale, rows, np.count_nonzero(folded))
         for a, b in zip(got[:5], want, strict=True):
             np.testing.assert_array_equal(a, b)
         assert got[5] == (lengths.max() if lengths.size else 0)
@@ -565,3 +563,49 @@ def test_the_left_weight_stops_where_its_terms_no_longer_change_the_sum():
         got = _left_weight(lam, t_lo, h)
         assert np.count_nonzero(got) > 500  # the series is not trivially zero
         np.testing.assert_array_equal(got, np.array(want))
+
+
+def test_the_power_sums_fold_exactly_the_masses_below_each_node_limit():
+    """Each node's folded masses are those at most its limit (no sort: a layout by class),
+    with their largest and ``σ_r = Σ (q_x / largest)^r``, against numpy."""
+    from otbound.drafts._sequential_mass import (
+        FOLD_MIN,
+        MOST_TERMS,
+        _fold_limits,
+        _segment_power_sums,
+    )
+
+    rng = np.random.default_rng(85)
+    h, nodes = 0.2, 70
+    limits = _fold_limits(1e-3, h, nodes)
+    assert np.all(np.diff(limits) < 0)
+    for trial in range(6):
+        lengths = rng.integers(1, 400, 5)
+        vals = 10.0 ** rng.uniform(-6, 2.5, lengths.sum())
+        vals[rng.random(vals.size) < 0.05] = 0.0  # zero masses fold everywhere
+        vals[:3] = limits[nodes // 2]  # a mass on a limit is folded there
+        if trial == 0:
+            vals[:] = limits[0] * 2  # nothing folds anywhere
+        edges = np.concatenate(([0], np.cumsum(lengths)))
+        folded = lengths > FOLD_MIN
+        rows = np.where(folded, np.cumsum(folded) - 1, 0)
+        total = int(np.count_nonzero(folded))
+        layout = np.full(vals.size, np.nan)
+        sigma = np.full((total, nodes, MOST_TERMS), np.nan)
+        fold_end = np.full((total, nodes), -1, dtype=np.int64)
+        largest = np.full((total, nodes), np.nan)
+        _segment_power_sums(vals, edges, rows, limits, h, layout, sigma, fold_end, largest)
+        for s in np.flatnonzero(folded):
+            mine = vals[edges[s] : edges[s + 1]]
+            laid = layout[edges[s] : edges[s + 1]]
+            np.testing.assert_array_equal(np.sort(laid), np.sort(mine))
+            for j in range(nodes):
+                b = rows[s]
+                count = int(fold_end[b, j])
+                want = np.sort(mine[mine <= limits[j]])
+                np.testing.assert_array_equal(np.sort(laid[:count]), want)
+                top = want.max() if want.size else 0.0
+                assert largest[b, j] == top
+                sums = [(want / top) ** r for r in range(1, MOST_TERMS + 1)] if top > 0 else []
+                expected = np.array([x.sum() for x in sums]) if top > 0 else np.zeros(MOST_TERMS)
+                np.testing.assert_allclose(sigma[b, j], expected, rtol=1e-13, atol=0)

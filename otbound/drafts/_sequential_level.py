@@ -30,7 +30,7 @@ LEVEL_CHECK = 1
 
 
 @numba.njit(cache=True)
-def level_layout(q, suffix, starts, ends, scale, small_limit, fold_min):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+def level_layout(q, suffix, starts, ends, scale, fold_min):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """The level's tokens, segment after segment.
 
     Returns
@@ -40,11 +40,10 @@ def level_layout(q, suffix, starts, ends, scale, small_limit, fold_min):  # type
     vals, lam_after : float64 (tokens,)
         ``q`` of each token and ``λ`` of the prefix it ends (``suffix[i + 1]``), times ``scale``.
     rows : int64 (segments,)
-        Where each segment's power sums start (a segment of more than ``fold_min`` tokens,
-        ``g`` of them at most ``small_limit``, takes ``length − g + 1`` rows; a shorter one
-        none).
+        Each segment of more than ``fold_min`` tokens: its place among those (its block of
+        power sums); 0 for a shorter one.
     total : int
-        The rows in all.
+        The segments of more than ``fold_min`` tokens.
     longest : int
         The longest segment's length.
     """
@@ -61,17 +60,13 @@ def level_layout(q, suffix, starts, ends, scale, small_limit, fold_min):  # type
     rows = np.zeros(segments, dtype=np.int64)
     total = 0
     for s in range(segments):
-        small = 0
         for k in range(ends[s] - starts[s]):
             i = starts[s] + k
-            value = q[i] * scale
-            vals[edges[s] + k] = value
+            vals[edges[s] + k] = q[i] * scale
             lam_after[edges[s] + k] = suffix[i + 1] * scale
-            small += value <= small_limit
-        rows[s] = total
-        length = ends[s] - starts[s]
-        if length > fold_min:
-            total += length - small + 1
+        if ends[s] - starts[s] > fold_min:
+            rows[s] = total
+            total += 1
     return edges, vals, lam_after, rows, total, longest
 
 

@@ -46,7 +46,6 @@ import numpy as np
 
 from otbound._checks import clip_rounding
 from otbound._scratch import scratch
-from otbound._sorting import bucket_argsort
 from otbound.drafts._sequential_layout import (
     PAIRS_FOUND,
     largest_masses,
@@ -337,61 +336,102 @@ def _group_power_sums(masses, largest, out):  # pragma: no cover - compiled
         out[r] = (a0 + a1) + (a2 + a3)
 
 
+@numba.njit(cache=True)
+def _fold_limits(t_lo, h, num_nodes):  # pragma: no cover - compiled
+    """``SMALL_RATE / t_j`` at every node: the masses node ``j`` folds (falling in ``j``)."""
+    limits = np.empty(num_nodes)
+    for j in range(num_nodes):
+        limits[j] = SMALL_RATE / _node_time(t_lo, h, j)
+    return limits
+
+
+@numba.njit(cache=True, inline="always")
+def _fold_class(value, limits, first_log, h):  # pragma: no cover - compiled
+    """The number of nodes at which a mass is folded: the ``c`` with ``value ≤ limits[j]``
+    exactly for ``j < c`` (``limits`` falls by ``e^{−h}`` a node); a logarithm guesses it and
+    the comparisons settle it."""
+    nodes = limits.shape[0]
+    if value <= limits[nodes - 1]:
+        return nodes
+    if value > limits[0]:
+        return 0
+    guess = int((first_log - math.log(value)) / h) + 1
+    c = min(max(guess, 1), nodes - 1)
+    while c < nodes and value <= limits[c]:
+        c += 1
+    while c > 1 and value > limits[c - 1]:
+        c -= 1
+    return c
+
+
 @numba.njit(cache=True, parallel=True)
 def _segment_power_sums(
-    vals, edges, terms, small_limit, rising, sigma, rows, small_count
+    vals, edges, rows, limits, h, layout, sigma, fold_end, largest
 ):  # pragma: no cover - compiled
-    """Per segment ``[edges[s], edges[s+1])`` of ``vals``: its masses laid out for :func:`_fold`.
+    """Per segment ``[edges[s], edges[s+1])`` of ``vals`` longer than ``FOLD_MIN``: its masses
+    laid out for :func:`_fold` at every node, without sorting them.
 
-    The ``g`` masses at most ``small_limit`` (``small_count[s] = g``) come first, in any order
-    but with their largest last; they are folded at every node (``small_limit · t`` stays at
-    most ``SMALL_RATE`` on the whole grid), so they need no sort. The others follow in
-    ascending order (``rising``). At the group's last position ``g_s − 1`` and at each later
-    position ``k``, ``σ_r = Σ_{j ≤ k} (q_j / q_k)^r`` for ``r = 1..terms`` (0 where
-    ``q_k = 0``) in row ``rows[s] + k − (g_s − 1)`` of ``sigma``
-    (:func:`otbound.drafts._sequential_level.level_layout`); the group's other positions need
-    none.
+    At node ``j`` the masses at most ``limits[j] = SMALL_RATE / t_j`` are folded, the others
+    swept one by one. A mass's *class* is the number of nodes that fold it
+    (:func:`_fold_class`); ``layout[edges[s]:edges[s+1]]`` holds the segment's masses by class,
+    the largest class first (each class in sweep order), so node ``j`` folds the first
+    ``fold_end[b, j]`` of them (the classes above ``j``; ``b = rows[s]``), whose largest
+    mass is ``largest[b, j]``, with ``σ_r = Σ (q_x / largest[b, j])^r`` for ``r = 1..terms`` in
+    ``sigma[b, j]`` (0 where nothing is folded or the largest mass is 0). Node ``j``'s sums
+    are node ``j + 1``'s rescaled plus the class ``j + 1`` (:func:`_group_power_sums`).
     """
+    nodes = limits.shape[0]
+    terms = sigma.shape[2]
+    first_log = math.log(limits[0])
     for s in numba.prange(edges.shape[0] - 1):
         start, stop = edges[s], edges[s + 1]
-        small_count[s] = 0
         if stop - start <= FOLD_MIN:  # swept token by token: no power sums
             continue
-        low, high = start, stop
-        largest, at = -1.0, start
-        for k in range(start, stop):
-            value = vals[k]
-            if value <= small_limit:
-                if value > largest:
-                    largest, at = value, low
-                rising[low] = value
-                low += 1
-            else:
-                high -= 1
-                rising[high] = value
-        others = rising[low:stop].copy()  # ascending: the bucket sort (numba's is slower)
-        ranks = bucket_argsort(others)
-        for i in range(stop - low):
-            rising[low + i] = others[ranks[i]]
-        small_count[s] = low - start
+        block = rows[s]
+        length = stop - start
+        classes = np.empty(length, dtype=np.int64)
+        count = np.zeros(nodes + 1, dtype=np.int64)
+        for i in range(length):
+            c = _fold_class(vals[start + i], limits, first_log, h)
+            classes[i] = c
+            count[c] += 1
+        # class c at [begin[c], begin[c] + count[c]); node j folds [0, begin[j])
+        begin = np.empty(nodes + 2, dtype=np.int64)
+        begin[nodes + 1] = 0
+        begin[nodes] = 0
+        for c in range(nodes - 1, -1, -1):
+            begin[c] = begin[c + 1] + count[c + 1]
+        fill = begin[: nodes + 1].copy()
+        for i in range(length):
+            c = classes[i]
+            layout[start + fill[c]] = vals[start + i]
+            fill[c] += 1
+        added = np.empty(terms)
         previous = 0.0
-        base = rows[s] - (low - 1)  # sigma row of position k: base + k
-        if low > start:
-            rising[at], rising[low - 1] = rising[low - 1], largest
-            for r in range(terms):
-                sigma[base + low - 1, r] = 0.0
-            if largest > 0.0:
-                _group_power_sums(rising[start:low], largest, sigma[base + low - 1, :terms])
-            previous = largest
-        for k in range(low, stop):
-            value = rising[k]
-            ratio = previous / value if value > 0.0 else 0.0
+        for j in range(nodes - 1, -1, -1):
+            lo, hi = begin[j + 1], begin[j]
+            fold_end[block, j] = hi
+            if hi == lo:  # nothing joins: node j + 1's sums (zero at the last node)
+                for r in range(terms):
+                    sigma[block, j, r] = sigma[block, j + 1, r] if j + 1 < nodes else 0.0
+                largest[block, j] = previous
+                continue
+            top = previous
+            for k in range(start + lo, start + hi):
+                top = max(top, layout[k])
+            largest[block, j] = top
+            if top <= 0.0:  # only zero masses: nothing to fold
+                for r in range(terms):
+                    sigma[block, j, r] = 0.0
+                continue
+            _group_power_sums(layout[start + lo : start + hi], top, added)
+            ratio = previous / top
             power = 1.0
             for r in range(terms):
                 power *= ratio
-                carried = sigma[base + k - 1, r] if k > start else 0.0
-                sigma[base + k, r] = (1.0 + power * carried) if value > 0.0 else 0.0
-            previous = value
+                carried = sigma[block, j + 1, r] if j + 1 < nodes else 0.0
+                sigma[block, j, r] = power * carried + added[r]
+            previous = top
 
 
 @numba.njit(cache=True, inline="always")
@@ -494,10 +534,11 @@ def _segment_mass(
     num_nodes,
     groups,
     edges,
-    rising,
+    layout,
     sigma,
     rows,
-    small_count,
+    fold_end,
+    largest,
     beta,
     start_states,
     store,
@@ -510,8 +551,8 @@ def _segment_mass(
     segments ``groups[g]:groups[g+1]`` of ``edges``; ``lam_after[i]`` is ``λ`` of the prefix
     ending with token ``i``. Each group starts from ``start_states[j, g]`` at node ``j``.
     Inside a segment of more than ``FOLD_MIN`` tokens the tokens with ``q t ≤ SMALL_RATE``
-    join at once by :func:`_fold` (where ``sigma`` is given; the layout and ``small_count``
-    of :func:`_segment_power_sums`), the others one by one. Returns
+    join at once by :func:`_fold` (where ``sigma`` is given; the ``layout``, ``fold_end`` and
+    ``largest`` of :func:`_segment_power_sums`), the others one by one. Returns
     the trapezoid sums ``Σ_j w_j P[N < n]`` at every segment end (len(counts), segments) and,
     when ``store``, every node's state at every segment start (num_nodes, segments, max n),
     zero once negligible (else an empty array), a view of ``stored_buffer`` (float64, at least
@@ -536,7 +577,6 @@ def _segment_mass(
         for j in range(chunk, num_nodes, chunks):
             t = _node_time(t_lo, h, j)
             value, stay, fire = -1.0, 1.0, 0.0  # the last mass fired at this node, its decay
-            limit = SMALL_RATE / t
             for g in range(groups.shape[0] - 1):
                 empty = True
                 for k in range(top):
@@ -549,30 +589,27 @@ def _segment_mass(
                         stored[j, s, :] = state
                     start, stop = edges[s], edges[s + 1]
                     if folding and stop - start > FOLD_MIN:
-                        group = start + small_count[s]
-                        if group > start and rising[group - 1] > limit:
-                            split = start  # not reached: small_limit keeps the group foldable
-                        else:
-                            split = group + np.searchsorted(rising[group:stop], limit, side="right")
-                        done = split == start
+                        block = rows[s]
+                        fold = fold_end[block, j]
+                        done = fold == 0
                         if not done:
                             done = _fold(
                                 state,
-                                sigma[rows[s] + split - group],
-                                rising[split - 1] * t,
+                                sigma[block, j],
+                                largest[block, j] * t,
                                 beta,
                                 top,
                                 work,
                                 gen,
                                 inverse_factorial,
                             )
-                        first = split if done else start
+                        first = start + fold if done else start
                         dead = _negligible(state, top)
                         for k in range(first, stop):
                             if dead:
                                 break
-                            if rising[k] != value:  # equal masses (ties) share their decay
-                                value = rising[k]
+                            if layout[k] != value:  # equal masses in a row share their decay
+                                value = layout[k]
                                 stay, fire = _decay(value * t)
                             _fire(state, stay, fire, top)
                             if (k - first) % DEATH_CHECK == DEATH_CHECK - 1:
@@ -758,9 +795,7 @@ def sequential_prefix_minimum(
     known = np.zeros((integrated.size, size + 1))  # Q at the prefixes evaluated so far
     growth = np.asarray(_growth_bounds(q, [int(n) for n in integrated]), dtype=np.float64)
     beta = _series_table(top, MOST_TERMS)
-    # masses that stay foldable at the largest node need no sort (:func:`_segment_power_sums`)
-    log_largest_node = math.log(t_lo / scale) + (num_nodes - 1) * h
-    small_limit = SMALL_RATE * math.exp(-log_largest_node) * (1.0 - 1e-9)
+    limits = _fold_limits(t_lo / scale, h, num_nodes)  # masses each node folds
     if cuts is None:
         length = 1
         while stop // (length * REFINE) >= TOP_SEGMENTS:
@@ -778,15 +813,14 @@ def sequential_prefix_minimum(
     while starts.size:
         # the level's tokens, segment after segment
         edges, vals, lam_after, rows, total, longest = level_layout(
-            q, suffix, starts, ends, scale, small_limit, FOLD_MIN
+            q, suffix, starts, ends, scale, FOLD_MIN
         )
-        rising = np.empty(vals.size)
-        sigma = scratch("sequential power sums", (total, MOST_TERMS))
-        small_count = np.zeros(edges.size - 1, dtype=np.int64)
-        if longest > 1:
-            _segment_power_sums(
-                vals, edges, MOST_TERMS, small_limit, rising, sigma, rows, small_count
-            )
+        layout = np.empty(vals.size)
+        sigma = scratch("sequential power sums", (total, num_nodes, MOST_TERMS))
+        fold_end = np.empty((total, num_nodes), dtype=np.int64)
+        largest = np.empty((total, num_nodes))
+        if total:
+            _segment_power_sums(vals, edges, rows, limits, h, layout, sigma, fold_end, largest)
         remaining, stored = _segment_mass(
             vals,
             lam_after,
@@ -796,10 +830,11 @@ def sequential_prefix_minimum(
             num_nodes,
             groups,
             edges,
-            rising,
+            layout,
             sigma,
             rows,
-            small_count,
+            fold_end,
+            largest,
             beta,
             states,
             longest > 1,
