@@ -309,12 +309,11 @@ def _series_table(top: int, terms: int) -> np.ndarray:
 
 
 @numba.njit(cache=True)
-def _group_power_sums(masses, largest, out):  # pragma: no cover - compiled
+def _group_power_sums(masses, largest, out, ratio, power):  # pragma: no cover - compiled
     r"""``out[r − 1] = Σ_x (m_x / largest)^r`` for ``r = 1..len(out)`` (the masses at most
-    ``largest``), one pass over the masses per ``r`` with four running sums (vectorised)."""
+    ``largest``), one pass over the masses per ``r`` with four running sums (vectorised);
+    ``ratio`` and ``power`` are work arrays at least as long as ``masses``."""
     count = masses.shape[0]
-    ratio = np.empty(count)
-    power = np.empty(count)
     for k in range(count):
         ratio[k] = masses[k] / largest
         power[k] = ratio[k]
@@ -407,6 +406,8 @@ def _segment_power_sums(
             layout[start + fill[c]] = vals[start + i]
             fill[c] += 1
         added = np.empty(terms)
+        ratio_work = np.empty(length)
+        power_work = np.empty(length)
         previous = 0.0
         for j in range(nodes - 1, -1, -1):
             lo, hi = begin[j + 1], begin[j]
@@ -424,7 +425,7 @@ def _segment_power_sums(
                 for r in range(terms):
                     sigma[block, j, r] = 0.0
                 continue
-            _group_power_sums(layout[start + lo : start + hi], top, added)
+            _group_power_sums(layout[start + lo : start + hi], top, added, ratio_work, power_work)
             ratio = previous / top
             power = 1.0
             for r in range(terms):
