@@ -609,3 +609,21 @@ def test_the_power_sums_fold_exactly_the_masses_below_each_node_limit():
                 sums = [(want / top) ** r for r in range(1, MOST_TERMS + 1)] if top > 0 else []
                 expected = np.array([x.sum() for x in sums]) if top > 0 else np.zeros(MOST_TERMS)
                 np.testing.assert_allclose(sigma[b, j], expected, rtol=1e-13, atol=0)
+
+
+def test_sorting_the_chosen_buckets_sorts_each_in_its_own_places():
+    """One sort of the chosen buckets' tokens together is each bucket's stable sort."""
+    from otbound.drafts._ratio_buckets import sort_buckets
+
+    rng = np.random.default_rng(86)
+    for kind in ("ties", "zipf"):
+        p, q = _row(kind, rng, 3_000)
+        buckets, order, ratio, starts, *_ = bucket_row(p, q, 2)
+        chosen = np.flatnonzero(rng.random(buckets) < 0.4)
+        want = order.copy()
+        for b in chosen:
+            tokens = want[starts[b] : starts[b + 1]]
+            want[starts[b] : starts[b + 1]] = tokens[np.argsort(ratio[tokens], kind="stable")]
+        assert not np.array_equal(want, order)  # something was out of order
+        sort_buckets(order, ratio, starts, chosen)
+        np.testing.assert_array_equal(order, want)

@@ -241,12 +241,32 @@ def sort_bucket(order, ratio, a, e):  # type: ignore[no-untyped-def]  # pragma: 
 
 @numba.njit(cache=True)
 def _sort_buckets_kernel(order, ratio, starts, chosen):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    total = 0
     for b in chosen:
-        sort_bucket(order, ratio, starts[b], starts[b + 1])
+        total += starts[b + 1] - starts[b]
+    keys = np.empty(total)
+    tokens = np.empty(total, dtype=np.int64)
+    at = 0
+    for b in chosen:
+        for k in range(starts[b], starts[b + 1]):
+            tokens[at] = order[k]
+            keys[at] = ratio[order[k]]
+            at += 1
+    rank = bucket_argsort(keys)  # stable; the buckets' ratios do not overlap
+    at = 0
+    for b in chosen:
+        for k in range(starts[b], starts[b + 1]):
+            order[k] = tokens[rank[at]]
+            at += 1
 
 
 def sort_buckets(
     order: np.ndarray, ratio: np.ndarray, starts: np.ndarray, chosen: np.ndarray
 ) -> None:
-    """Sort the tokens of the buckets ``chosen`` by ratio, in place in ``order``."""
+    """Sort the tokens of the buckets ``chosen`` (ascending) by ratio, in place in ``order``
+    (stable: ties keep their order).
+
+    One sort of all their tokens together: the buckets' ratio ranges do not overlap, so it puts
+    each bucket's tokens back in its own places, as a sort of each bucket would (one call
+    instead of one per bucket, each with its allocations)."""
     _sort_buckets_kernel(order, ratio, starts, np.asarray(chosen, dtype=np.int64))
