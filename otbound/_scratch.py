@@ -19,6 +19,9 @@ import numpy as np
 __all__ = ["scratch"]
 
 _local = threading.local()
+#: A thread keeps buffers of at most this many float64 (32 MiB); a larger request gets fresh
+#: memory that is not kept.
+KEEP_AT_MOST = 1 << 22
 
 
 def scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -34,9 +37,11 @@ def scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
     -------
     numpy.ndarray
         Valid until the next call with the same ``name`` on this thread; its values are
-        whatever was left there.
+        whatever was left there. Above ``KEEP_AT_MOST`` elements, a fresh array.
     """
     size = math.prod(shape)
+    if size > KEEP_AT_MOST:
+        return np.empty(shape)
     buffers = getattr(_local, "buffers", None)
     if buffers is None:
         buffers = _local.buffers = {}

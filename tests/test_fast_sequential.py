@@ -410,21 +410,24 @@ def _numpy_settle_level(starts, ends, remaining, left, positives, cum_p, suffix,
     ]
     slack = mass_module.CANDIDATE_SLACK
     # inside the segment each prefix's own p(H_i), with Q(H_i) ≤ min(Q(H_e), Q(H_s) + K_e m)
+    # and m the suffix difference rounded up; a NaN keeps the segment
     inside = np.full((len(ns), starts.size), np.inf)
     for k, n in enumerate(ns):
         slope = growth[k] * reach ** (n - 1)
         for j, (a, e) in enumerate(zip(starts, ends, strict=True)):
             i = np.arange(a + 1, e)
             if i.size:
-                cap = np.minimum(known[k, e], known[k, a] + slope[j] * (suffix[a] - suffix[i]))
-                inside[k, j] = np.min(cum_p[i] - cap)
+                added = (suffix[a] - suffix[i]) * (1.0 + 2.0**-51) + (i - a) * 2.0**-53 * suffix[a]
+                with np.errstate(invalid="ignore"):
+                    cap = np.minimum(known[k, e], known[k, a] + slope[j] * added)
+                values = cum_p[i] - cap
+                inside[k, j] = -np.inf if np.isnan(values).any() else np.min(values)
+    keep = [~(lo >= gap[k] + slack) for k, lo in enumerate(lower)]
     chosen = np.flatnonzero(
         (ends - starts > 1)
-        & np.any(
-            [(lo < gap[k] + slack) & (inside[k] < gap[k] + slack) for k, lo in enumerate(lower)],
-            axis=0,
-        )
+        & np.any([keep[k] & (inside[k] < gap[k] + slack) for k in range(len(ns))], axis=0)
     )
+    loose = np.flatnonzero((ends - starts > 1) & np.any(keep, axis=0))  # without the inside test
     lengths = ends[chosen] - starts[chosen]
     step = -(-lengths // mass_module.REFINE)
     pieces = -(-lengths // step)
@@ -432,15 +435,15 @@ def _numpy_settle_level(starts, ends, remaining, left, positives, cum_p, suffix,
     within = np.arange(groups[-1]) - np.repeat(groups[:-1], pieces)
     new_starts = np.repeat(starts[chosen], pieces) + within * np.repeat(step, pieces)
     new_ends = np.minimum(new_starts + np.repeat(step, pieces), np.repeat(ends[chosen], pieces))
-    return gap, index, known, chosen, new_starts, new_ends, groups
+    return gap, index, known, chosen, new_starts, new_ends, groups, loose
 
 
-def _level_inputs(rng: np.random.Generator, vocab: int, ns: list[int]):
+def _level_inputs(rng: np.random.Generator, vocab: int, ns: list[int], every: int = 7):
     p, q = _zipf_pair(rng, vocab)
     order = np.argsort(_sweep_key(p, q))
     p, q = p[order], q[order]
     cum_p, suffix, positives = prefix_sums(p, q)
-    cuts = np.unique(np.concatenate(([0, vocab], rng.integers(1, vocab, vocab // 7))))
+    cuts = np.unique(np.concatenate(([0, vocab], rng.integers(1, vocab, vocab // every))))
     starts, ends = cuts[:-1], cuts[1:]
     exact = sequential_prefix_masses(q, ns)[:, ends]
     left = rng.uniform(0.0, 1e-3, ends.size)
@@ -452,11 +455,11 @@ def _level_inputs(rng: np.random.Generator, vocab: int, ns: list[int]):
 def test_settle_level_is_the_numpy_bookkeeping():
     rng = np.random.default_rng(81)
     ns = [3, 4, 8]
-    checked = 0
-    for vocab in (40, 300, 2_000, 9_000):
-        args = _level_inputs(rng, vocab, ns)
+    checked = pruned = 0
+    for vocab, every in ((40, 7), (300, 7), (2_000, 7), (9_000, 7), (9_000, 60), (20_000, 200)):
+        args = _level_inputs(rng, vocab, ns, every)
         starts, ends, remaining, left, positives, cum_p, suffix, p, q, growth = args
-        want = _numpy_settle_level(*args[:9], ns, growth)
+        *want, loose = _numpy_settle_level(*args[:9], ns, growth)
         gap, index = np.zeros(3), np.zeros(3, dtype=np.int64)
         known = np.zeros((3, vocab + 1))
         status, chosen, new_starts, new_ends, groups = settle_level(
@@ -470,7 +473,9 @@ def test_settle_level_is_the_numpy_bookkeeping():
         ):
             np.testing.assert_array_equal(got, expected)
         checked += chosen.size
+        pruned += loose.size - chosen.size
     assert checked > 0  # some segments are candidates
+    assert pruned > 0  # and the inside test removed some that the first test kept
 
 
 def test_the_inside_bound_is_below_every_prefix_inside():
@@ -627,3 +632,59 @@ def test_sorting_the_chosen_buckets_sorts_each_in_its_own_places():
         assert not np.array_equal(want, order)  # something was out of order
         sort_buckets(order, ratio, starts, chosen)
         np.testing.assert_array_equal(order, want)
+
+
+def test_an_infinite_growth_bound_keeps_the_segment():
+    """``K = inf`` (the largest masses hold everything) times a mass that rounds away is NaN:
+    the segment is kept, and the minimum found (it was once dropped)."""
+    vocab = 200
+    q = np.full(vocab, 1e-20)
+    q[3] = q[4] = 0.5
+    p = np.zeros(vocab)
+    p[3:7] = 0.001
+    p[7:] = (1 - p.sum()) / (vocab - 7)
+    assert _growth_bound(q, 3) == np.inf
+    full = np.concatenate(([0.0], np.cumsum(p))) - sequential_prefix_masses(q, [3])[0]
+    gap, index = sequential_prefix_minimum(p, q, [3])
+    assert gap[0] == pytest.approx(full.min(), abs=1e-15)
+    assert index[0] == int(np.argmin(full))
+
+
+def test_masses_below_the_suffix_sums_last_place_still_count_inside_a_segment():
+    """4,000 tokens each below half an ulp of the suffix leave ``suffix`` unchanged; the
+    inside bound rounds the mass up, so the minimum inside the segment is still found."""
+    n, tail = 3, 2.0**-20 * 1.01
+    tiny = 0.45 * np.spacing(tail)  # each below half an ulp of the suffix: absorbed
+    before, inside = 2000, 4000
+    q = np.concatenate([[0.0, 0.0], np.full(before, tiny), [1e-3 * tail]])
+    q = np.concatenate([q, np.full(inside, tiny), [tiny], [tail]])
+    q[0] = q[1] = (1 - q[2:].sum()) / 2
+    p = np.zeros_like(q)
+    a = 2 + before + 1
+    e = a + inside + 1
+    exact = sequential_prefix_masses(q, [n])[0]
+    p[a - 1] = (exact[a] - exact[a - 1]) + 1.5e-13
+    p[e - 1] = 0.01
+    p[-1] = 1 - p.sum()
+    cum_p, suffix, _ = prefix_sums(p, q)
+    assert np.all(suffix[a:e] == suffix[a])  # the masses inside are lost to rounding
+    full = cum_p - exact
+    assert a < int(np.argmin(full)) < e  # the minimum lies inside the segment
+    cuts = np.array([0, 2, 2 + before, a, e, q.size])
+    gap, _ = sequential_prefix_minimum(p, q, [n], cuts=cuts)
+    assert abs(gap[0] - min(0.0, full.min())) < 1e-13
+
+
+def test_the_bucket_helpers_refuse_what_they_cannot_handle():
+    from otbound.drafts._ratio_buckets import sort_buckets
+
+    rng = np.random.default_rng(87)
+    p, q = _row("zipf", rng, 500)
+    _, order, ratio, starts, _, _, sum_q, tops = bucket_row(p, q, 2)
+    with pytest.raises(ValueError, match="strictly increasing"):
+        sort_buckets(order, ratio, starts, np.array([3, 1]))
+    with pytest.raises(ValueError, match="strictly increasing"):
+        sort_buckets(order, ratio, starts, np.array([2, 2]))
+    cum_q = np.concatenate(([0.0], np.cumsum(sum_q)))
+    with pytest.raises(ValueError, match="columns"):
+        product_lower_bound(cum_q, tops, 3)

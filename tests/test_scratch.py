@@ -27,3 +27,12 @@ def test_each_thread_has_its_own_buffers():
     worker.start()
     worker.join()
     assert not np.shares_memory(mine, theirs[0])
+
+
+def test_a_request_beyond_the_limit_is_fresh_and_not_kept():
+    from otbound import _scratch
+
+    small = scratch("test large buffer", (4,))
+    large = scratch("test large buffer", (_scratch.KEEP_AT_MOST + 1,))
+    assert large.size == _scratch.KEEP_AT_MOST + 1
+    assert np.shares_memory(small, scratch("test large buffer", (4,)))  # the kept one stays

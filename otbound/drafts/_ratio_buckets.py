@@ -217,6 +217,8 @@ def product_lower_bound(cum_q: np.ndarray, tops: np.ndarray, n: int) -> np.ndarr
     -------
     numpy.ndarray, shape (K + 1,)
     """
+    if tops.shape[1] < n:
+        raise ValueError(f"product_lower_bound: tops has {tops.shape[1]} columns, n={n} needs n")
     out = np.empty(cum_q.shape[0])
     _product_lower_kernel(cum_q, np.ascontiguousarray(tops[:, :n]), n, out)
     return out
@@ -269,4 +271,7 @@ def sort_buckets(
     One sort of all their tokens together: the buckets' ratio ranges do not overlap, so it puts
     each bucket's tokens back in its own places, as a sort of each bucket would (one call
     instead of one per bucket, each with its allocations)."""
-    _sort_buckets_kernel(order, ratio, starts, np.asarray(chosen, dtype=np.int64))
+    chosen = np.asarray(chosen, dtype=np.int64)
+    if np.any(np.diff(chosen) <= 0):
+        raise ValueError("sort_buckets: chosen must be strictly increasing bucket indices")
+    _sort_buckets_kernel(order, ratio, starts, chosen)

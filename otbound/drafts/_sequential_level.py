@@ -87,19 +87,27 @@ def _power(x, e):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
 
 @numba.njit(cache=True, error_model="numpy")
 def _inside_lower(start, end, cum_p, suffix, known, slope):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
-    r"""``min_{s < i < e} [p(H_i) − min(Q(H_e), Q(H_s) + K_e (q(H_i) − q(H_s)))]``: a lower
-    bound on ``p(H_i) − Q(H_i)`` at the prefixes inside the segment ``[s, e)``, with each
-    prefix's own ``p(H_i)`` (``Q`` grows with ``H``, by at most ``K_e`` per unit of mass added).
-    NaN when a term is NaN (the caller then keeps the segment)."""
+    r"""``min_{s < i < e} [p(H_i) − min(Q(H_e), Q(H_s) + K_e m_i)]``: a lower bound on
+    ``p(H_i) − Q(H_i)`` at the prefixes inside the segment ``[s, e)``, with each prefix's own
+    ``p(H_i)`` (``Q`` grows with ``H``, by at most ``K_e`` per unit of mass added).
+
+    ``m_i ≥ q(H_i) − q(H_s)`` is the difference of the suffix sums rounded up: each of the
+    ``i − s`` additions that built ``suffix[s]`` from ``suffix[i]`` rounds by at most half an
+    ulp of ``suffix[s]``, and the subtraction by a relative half-ulp (tokens below the sum's
+    last place would otherwise add no mass at all). ``−inf`` (keep the segment) where a term
+    is NaN (``K_e = inf`` times no mass).
+    """
     lowest = np.inf
     top = known[end]
+    base = suffix[start]
     for i in range(start + 1, end):
-        cap = known[start] + slope * (suffix[start] - suffix[i])
+        added = (base - suffix[i]) * (1.0 + 2.0**-51) + (i - start) * 2.0**-53 * base
+        cap = known[start] + slope * added
         if cap > top:
             cap = top
         value = cum_p[i] - cap
         if value != value:
-            return value
+            return -np.inf
         if value < lowest:
             lowest = value
     return lowest
@@ -142,8 +150,9 @@ def settle_level(  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
 
     (``r_s`` the ratio ``p/q`` of token ``s``, ``K = growth[k]``, ``q(H_e)`` rounded up) and,
     with each inside prefix's own ``p(H_i)`` (:func:`_inside_lower`),
-    ``min_{s<i<e} [p(H_i) − min(Q(H_e), Q(H_s) + K q(H_e)^{n−1} (q(H_i) − q(H_s)))]`` is too;
-    each candidate is cut into ``refine`` pieces of ``⌈length / refine⌉`` tokens.
+    ``min_{s<i<e} [p(H_i) − min(Q(H_e), Q(H_s) + K q(H_e)^{n−1} (q(H_i) − q(H_s)))]`` is too
+    (a NaN in either keeps the segment); each candidate is cut into ``refine`` pieces of
+    ``⌈length / refine⌉`` tokens.
 
     Returns
     -------
@@ -196,7 +205,7 @@ def settle_level(  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
             if share > 1.0:
                 share = 1.0  # np.minimum: a NaN stays NaN
             lower = cum_p[start] - known[k, end] + share * rise
-            if not lower < gap[slots[k]] + slack:
+            if lower >= gap[slots[k]] + slack:  # a NaN keeps the segment
                 continue
             if _inside_lower(start, end, cum_p, suffix, known[k], slope) < gap[slots[k]] + slack:
                 chosen[count] = s

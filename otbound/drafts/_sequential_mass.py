@@ -816,6 +816,7 @@ def sequential_prefix_minimum(
         edges, vals, lam_after, rows, total, longest = level_layout(
             q, suffix, starts, ends, scale, FOLD_MIN
         )
+        store = int(longest > 1)  # the next level starts from this one's states
         layout = np.empty(vals.size)
         sigma = scratch("sequential power sums", (total, num_nodes, MOST_TERMS))
         fold_end = np.empty((total, num_nodes), dtype=np.int64)
@@ -838,9 +839,11 @@ def sequential_prefix_minimum(
             largest,
             beta,
             states,
-            longest > 1,
+            store,
             max(1, min(numba.get_num_threads(), num_nodes)),
-            scratch("sequential stored states", (num_nodes * (edges.size - 1) * top,)),
+            scratch(
+                "sequential stored states", (num_nodes * (edges.size - 1) * top if store else 0,)
+            ),
         )
         left = _left_weight(suffix[ends], t_lo, h)
         # Q at the segment ends, the minimum so far, and the next level: inside a segment
