@@ -48,7 +48,7 @@ _SMALL_REST = 1e-6
 
 
 @numba.njit(cache=True)
-def _bucket_row_kernel(p, q, top, order, ratio, starts, edge, sum_p, sum_q, tops):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+def _bucket_row_kernel(p, q, top, order, ratio):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     vocab = p.shape[0]
     shift = np.uint64(_SHIFT)
     bits = ratio.view(np.uint64)
@@ -59,7 +59,7 @@ def _bucket_row_kernel(p, q, top, order, ratio, starts, edge, sum_p, sum_q, tops
         if q[x] > 0.0:
             r = p[x] / q[x]
             if not (r < np.inf) or (p[x] > 0.0 and r < _TINY):
-                return -1
+                return _no_buckets(-1, top)
             ratio[x] = r
             positive += 1
             if r > 0.0:
@@ -69,7 +69,7 @@ def _bucket_row_kernel(p, q, top, order, ratio, starts, edge, sum_p, sum_q, tops
         else:
             ratio[x] = 0.0
     if positive == 0:
-        return 0
+        return _no_buckets(0, top)
     # slot 0: ratio 0 (p = 0); slot 1 + (bits − low): the others
     width = 1 + (int(high - low) + 1 if high >= low else 0)
     slot = np.empty(vocab, dtype=np.int32)
@@ -79,49 +79,63 @@ def _bucket_row_kernel(p, q, top, order, ratio, starts, edge, sum_p, sum_q, tops
             s = 0 if ratio[x] == 0.0 else 1 + int((bits[x] >> shift) - low)
             slot[x] = s
             count[s + 1] += 1
-    # compact the occupied slots into buckets
-    bucket_of = np.full(width, -1, dtype=np.int64)
-    edge_bits = np.zeros(width, dtype=np.uint64)
-    buckets = 0
-    starts[0] = 0
+    # scatter by slot (empty slots hold nothing), with each slot's sums and largest mass
+    slot_start = np.zeros(width + 1, dtype=np.int64)
     for s in range(width):
-        if count[s + 1] > 0:
-            bucket_of[s] = buckets
-            starts[buckets + 1] = starts[buckets] + count[s + 1]
-            if s > 0:
-                edge_bits[buckets] = (low + np.uint64(s - 1)) << shift
-            buckets += 1
-    edge_values = edge_bits.view(np.float64)
-    for b in range(buckets):
-        edge[b] = edge_values[b]
-    fill = starts[:buckets].copy()
-    for x in range(vocab):
+        slot_start[s + 1] = slot_start[s] + count[s + 1]
+    fill = slot_start[:width].copy()
+    slot_p = np.zeros(width)
+    slot_q = np.zeros(width)
+    slot_top = np.zeros(width)
+    for x in range(vocab):  # in token order: the sums add each slot's masses by id
         if q[x] > 0.0:
-            b = bucket_of[slot[x]]
-            order[fill[b]] = x
-            fill[b] += 1
-    # each bucket's sums (its tokens in ascending id, as scattered) and the largest masses of
-    # the prefix through it (few tokens enter that list: the check is one comparison)
-    largest = np.zeros(max(top, 1))
-    for b in range(buckets):
-        total_p = 0.0
-        total_q = 0.0
-        for i in range(starts[b], starts[b + 1]):
-            x = order[i]
-            total_p += p[x]
-            value = q[x]
-            total_q += value
-            if top > 0 and value > largest[top - 1]:
-                k = top - 1
-                while k > 0 and largest[k - 1] < value:
-                    largest[k] = largest[k - 1]
-                    k -= 1
-                largest[k] = value
-        sum_p[b] = total_p
-        sum_q[b] = total_q
+            s = slot[x]
+            order[fill[s]] = x
+            fill[s] += 1
+            slot_p[s] += p[x]
+            slot_q[s] += q[x]
+            slot_top[s] = max(slot_top[s], q[x])
+    # the occupied slots are the buckets (the outputs sized by their number)
+    buckets = 0
+    for s in range(width):
+        buckets += count[s + 1] > 0
+    starts = np.zeros(buckets + 1, dtype=np.int64)
+    edge_bits = np.zeros(buckets, dtype=np.uint64)  # bucket 0's edge: 0, or the bits below
+    sum_p = np.empty(buckets)
+    sum_q = np.empty(buckets)
+    tops = np.empty((buckets, top))
+    largest = np.zeros(max(top, 1))  # the largest masses of the prefix through the bucket
+    b = 0
+    for s in range(width):
+        if count[s + 1] == 0:
+            continue
+        starts[b + 1] = slot_start[s + 1]
+        if s > 0:
+            edge_bits[b] = (low + np.uint64(s - 1)) << shift
+        sum_p[b] = slot_p[s]
+        sum_q[b] = slot_q[s]
+        # only a bucket whose largest mass beats the list's last entry is looked into (few
+        # are, once the list is full)
+        if top > 0 and slot_top[s] > largest[top - 1]:
+            for i in range(slot_start[s], slot_start[s + 1]):
+                value = q[order[i]]
+                if value > largest[top - 1]:
+                    k = top - 1
+                    while k > 0 and largest[k - 1] < value:
+                        largest[k] = largest[k - 1]
+                        k -= 1
+                    largest[k] = value
         for k in range(top):
             tops[b, k] = largest[k]
-    return buckets
+        b += 1
+    return buckets, starts, edge_bits.view(np.float64), sum_p, sum_q, tops
+
+
+@numba.njit(cache=True)
+def _no_buckets(status, top):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """:func:`_bucket_row_kernel`'s answer without buckets (``status`` 0 or −1)."""
+    empty = np.empty(0)
+    return status, np.zeros(1, dtype=np.int64), empty, empty, empty, np.empty((0, top))
 
 
 def bucket_row(
@@ -160,23 +174,8 @@ def bucket_row(
     vocab = p.shape[0]
     order = np.empty(vocab, dtype=np.int64)
     ratio = np.empty(vocab)
-    starts = np.zeros(vocab + 1, dtype=np.int64)
-    edge = np.empty(vocab)
-    sum_p = np.empty(vocab)
-    sum_q = np.empty(vocab)
-    tops = np.empty((vocab, max(top, 1)))
-    k = int(_bucket_row_kernel(p, q, top, order, ratio, starts, edge, sum_p, sum_q, tops))
-    size = max(k, 0)
-    return (
-        k,
-        order,
-        ratio,
-        starts[: size + 1],
-        edge[:size],
-        sum_p[:size],
-        sum_q[:size],
-        tops[:size, :top],
-    )
+    k, starts, edge, sum_p, sum_q, tops = _bucket_row_kernel(p, q, top, order, ratio)
+    return int(k), order, ratio, starts, edge, sum_p, sum_q, tops
 
 
 @numba.njit(cache=True)
