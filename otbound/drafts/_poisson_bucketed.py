@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import numba
 import numpy as np
 
-from otbound.drafts._ratio_buckets import bucket_row, sort_bucket
+from otbound.drafts._ratio_buckets import bucket_row, sort_chosen_buckets
 
 __all__ = ["MARGIN", "poisson_bucketed_minimum"]
 
@@ -92,11 +92,11 @@ def _kernel(p, q, order, ratio, starts, edge, ns, gap_out, index_out):  # type: 
             if low <= best + MARGIN and starts[b + 1] - starts[b] > 1:
                 chosen[b] = True
     # sweep the candidate buckets token by token, in ratio order
+    sort_chosen_buckets(order, ratio, starts, np.flatnonzero(chosen))
     for b in range(buckets):
         if not chosen[b]:
             continue
         a, e = starts[b], starts[b + 1]
-        sort_bucket(order, ratio, a, e)
         state[:] = esp[b]
         run_p = cum_p[b]
         for i in range(a, e - 1):  # the bucket's last prefix is its boundary

@@ -33,9 +33,16 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from otbound._sorting import INSERTION_LIMIT, bucket_argsort, insertion_sort
+from otbound._sorting import bucket_argsort
+from otbound.drafts._sequential_layout import keep_largest
 
-__all__ = ["MANTISSA_BITS", "bucket_row", "product_lower_bound", "sort_buckets"]
+__all__ = [
+    "MANTISSA_BITS",
+    "bucket_row",
+    "product_lower_bound",
+    "sort_buckets",
+    "sort_chosen_buckets",
+]
 
 #: Mantissa bits kept: buckets are ``2**-6`` (1.6 %) wide in ratio.
 MANTISSA_BITS = 6
@@ -104,7 +111,7 @@ def _bucket_row_kernel(p, q, top, order, ratio):  # type: ignore[no-untyped-def]
     sum_p = np.empty(buckets)
     sum_q = np.empty(buckets)
     tops = np.empty((buckets, top))
-    largest = np.zeros(max(top, 1))  # the largest masses of the prefix through the bucket
+    largest = np.zeros(top)  # the largest masses of the prefix through the bucket
     b = 0
     for s in range(width):
         if count[s + 1] == 0:
@@ -118,13 +125,7 @@ def _bucket_row_kernel(p, q, top, order, ratio):  # type: ignore[no-untyped-def]
         # are, once the list is full)
         if top > 0 and slot_top[s] > largest[top - 1]:
             for i in range(slot_start[s], slot_start[s + 1]):
-                value = q[order[i]]
-                if value > largest[top - 1]:
-                    k = top - 1
-                    while k > 0 and largest[k - 1] < value:
-                        largest[k] = largest[k - 1]
-                        k -= 1
-                    largest[k] = value
+                keep_largest(largest, q[order[i]])
         for k in range(top):
             tops[b, k] = largest[k]
         b += 1
@@ -224,24 +225,9 @@ def product_lower_bound(cum_q: np.ndarray, tops: np.ndarray, n: int) -> np.ndarr
 
 
 @numba.njit(cache=True)
-def sort_bucket(order, ratio, a, e):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
-    """Sort ``order[a:e]`` in place by ``ratio`` of its tokens (stable: ties keep their order):
-    an insertion sort for a few tokens, :func:`otbound._sorting.stable_argsort`'s bucket sort
-    for more."""
-    if e - a <= INSERTION_LIMIT:
-        insertion_sort(order, ratio, a, e)
-    else:
-        block = order[a:e].copy()
-        keys = np.empty(e - a)
-        for k in range(e - a):
-            keys[k] = ratio[block[k]]
-        rank = bucket_argsort(keys)
-        for k in range(e - a):
-            order[a + k] = block[rank[k]]
-
-
-@numba.njit(cache=True)
-def _sort_buckets_kernel(order, ratio, starts, chosen):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+def sort_chosen_buckets(order, ratio, starts, chosen):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """:func:`sort_buckets` without its check of ``chosen`` (strictly increasing), callable
+    from compiled code."""
     total = 0
     for b in chosen:
         total += starts[b + 1] - starts[b]
@@ -273,4 +259,4 @@ def sort_buckets(
     chosen = np.asarray(chosen, dtype=np.int64)
     if np.any(np.diff(chosen) <= 0):
         raise ValueError("sort_buckets: chosen must be strictly increasing bucket indices")
-    _sort_buckets_kernel(order, ratio, starts, chosen)
+    sort_chosen_buckets(order, ratio, starts, chosen)

@@ -21,6 +21,7 @@ __all__ = [
     "PAIRS_CHECK",
     "PAIRS_FOUND",
     "PAIRS_INTEGRATE",
+    "keep_largest",
     "largest_masses",
     "pairs_minimum",
     "prefix_sums",
@@ -120,11 +121,18 @@ def largest_masses(q, most):  # type: ignore[no-untyped-def]  # pragma: no cover
     ``np.sort(np.partition(q, q.size - most)[q.size - most:])[::-1]`` gives, in one pass."""
     top = np.full(most, -np.inf)
     for i in range(q.shape[0]):
-        value = q[i]
-        if most > 0 and value > top[most - 1]:
-            k = most - 1
-            while k > 0 and top[k - 1] < value:
-                top[k] = top[k - 1]
-                k -= 1
-            top[k] = value
+        keep_largest(top, q[i])
     return top
+
+
+@numba.njit(cache=True, inline="always")
+def keep_largest(top, value):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """Put ``value`` into ``top`` (descending) if it beats the last entry, which drops out;
+    an equal entry stays ahead of it."""
+    last = top.shape[0] - 1
+    if last >= 0 and value > top[last]:
+        k = last
+        while k > 0 and top[k - 1] < value:
+            top[k] = top[k - 1]
+            k -= 1
+        top[k] = value

@@ -48,8 +48,7 @@ def _fixed_plus_sampled(
         fixed.size and (fixed.min() < 0 or fixed.max() >= p.shape[-1])
     ):  # the compiled pass indexes without bounds checks
         raise ValueError(f"fixed must be token ids in [0, {p.shape[-1]}), one row a step")
-    gap, chosen = fixed_plus_sampled_rows(p, q, fixed)
-    return gap, chosen
+    return fixed_plus_sampled_rows(p, q, fixed)
 
 
 def _fixed_first_order(p: np.ndarray, q: np.ndarray, fixed: np.ndarray) -> np.ndarray:
