@@ -3,9 +3,9 @@
 Run: ``python benchmarks/bench_importance.py [--steps 96] [--profile]``. Times
 :func:`otbound.compare` with ``verifiers=("importance",)``, ``n = 2, 3, 4, 8``,
 ``target_se = 0.005`` on the first ``--steps`` steps of ``data/sample`` (``T = 1``,
-``V = 8,192``), the cross-step caches of the verifier emptied before each run so that every
-stage LP is solved, and prints ms per step (best of ``--repeat``) and the stage-LP cache's
-hits and misses. ``--profile`` prints the top of a cProfile of one more run.
+``V = 8,192``), the verifier's kept rankings emptied before each run so that every stage is
+sorted and solved, and prints ms per step (best of ``--repeat``). ``--profile`` prints the top
+of a cProfile of one more run.
 """
 
 from __future__ import annotations
@@ -23,9 +23,7 @@ SAMPLE = Path(__file__).resolve().parent.parent / "data" / "sample"
 
 
 def _empty_caches() -> None:
-    """Forget the solved stage LPs and the kept rankings (a cold batch of steps)."""
-    importance._stage_cache.clear()
-    importance._stage_stats.update(hits=0, misses=0)
+    """Forget the kept rankings (a cold batch of steps)."""
     importance._chain_orders.clear()
 
 
@@ -54,7 +52,6 @@ def main() -> None:
     steps = target.shape[0]
     print(f"importance, n = 2, 3, 4, 8, {steps} steps of V = {target.shape[-1]:,}:")
     print(f"  {1e3 * best / steps:.2f} ms per step (best of {args.repeat})")
-    print(f"  stage LPs: {importance.stage_cache_info()}")
     if args.profile:
         profile = cProfile.Profile()
         profile.runcall(run)

@@ -3,25 +3,25 @@
 ``_previous_*`` and :class:`PreviousImportance` are a faithful copy of the verifier before its
 stage, acceptance and Monte Carlo plan passes were fused into compiled kernels
 (:mod:`otbound.verifiers._importance_kernels`): numpy passes, ``np.sum`` and ``np.cumsum``,
-the LP's values and weights built in numpy, the old compiled passes (``stage_key``,
-``stage_sorted``, ``stage_scatter``, still in the kernels module) and no cross-step cache. The
-new path must equal it bit for bit: stages, exact acceptances, and the Rao-Blackwellised
-estimates of one seed (the random stream is consumed as before).
+the old compiled passes (``stage_key``, ``stage_sorted``, ``stage_scatter``, still in the
+kernels module) and no cross-step cache; its stage weights come from the one stage solver
+(``importance._stage_weights``, tested against HiGHS and a brute-force cut in
+``tests/test_stage_flow.py``). The new path must equal it bit for bit: stages, exact
+acceptances, and the Rao-Blackwellised estimates of one seed (the random stream is consumed
+as before).
 """
 
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 
 import numpy as np
 import pytest
 from kernel_cases import coincidence_terms, kernel_cases, numpy_accept_rest
-from scipy import sparse
 
 from otbound._checks import clip_rounding
 from otbound._sorting import stable_argsort
-from otbound.bounds import LP_SLACK, solve_lp
+from otbound.bounds import LP_SLACK
 from otbound.verifiers import _importance_kernels as kernels
 from otbound.verifiers import importance as importance_module
 from otbound.verifiers._step_cache import ByteBudgetCache
@@ -29,25 +29,6 @@ from otbound.verifiers.base import residual
 from otbound.verifiers.importance import ImportanceSampling, SelectionStage, _ConditionalPlan
 
 # -- the previous implementation ------------------------------------------------------------
-
-
-def _previous_solve_top_lp(
-    aS: np.ndarray, bS: np.ndarray, pS: np.ndarray, base: np.ndarray
-) -> np.ndarray:
-    s = aS.size
-    keep = np.ones((s, s))
-    ii, jj, perm, indices, indptr = importance_module._lp_pattern(s)
-    nw = ii.size
-    weight = aS[ii] * bS[jj]
-    vals = np.concatenate((-weight, weight, np.ones(s)))
-    a_ub = sparse.csc_array((vals[perm], indices.copy(), indptr.copy()), shape=(s, nw + s))
-    cost = np.concatenate((np.zeros(nw), np.ones(s)))
-    upper = np.concatenate((np.ones(nw), pS))
-    solution = solve_lp(cost, a_ub, -np.inf, base, 0.0, upper, maximize=True)
-    keep[ii, jj] = clip_rounding(
-        solution.x[:nw], 0.0, 1.0, "importance selection weight W (LP)", tol=LP_SLACK
-    )
-    return keep
 
 
 def _previous_solve_stage(p: np.ndarray, a: np.ndarray, b: np.ndarray, top: int) -> SelectionStage:
@@ -59,7 +40,8 @@ def _previous_solve_stage(p: np.ndarray, a: np.ndarray, b: np.ndarray, top: int)
     tail_a, tail_b = a_sorted[s:].sum(), b_sorted[s:].sum()
     off = ~np.eye(s, dtype=bool)
     base = aS * bS + aS * tail_b + bS * tail_a + bS * (aS.sum() - aS)
-    keep = _previous_solve_top_lp(aS, bS, pS, base) if s > 1 else np.ones((s, s))
+    lp = np.stack((aS, bS, pS, base))
+    keep = importance_module._stage_weights(lp) if s > 1 else np.ones((s, s))
     gain = (aS[:, None] * bS[None, :] * keep * off).sum(axis=1)
     loss = (aS[:, None] * bS[None, :] * keep * off).sum(axis=0)
     induced_sorted[:s] = base + gain - loss
@@ -170,8 +152,7 @@ class PreviousImportance(ImportanceSampling):
 
 @pytest.fixture
 def fresh_caches(monkeypatch):
-    """Empty cross-step caches, so that the new path solves every LP itself."""
-    monkeypatch.setattr(importance_module, "_stage_cache", OrderedDict())
+    """Empty cross-step caches (the kept rankings), so that the new path sorts every stage."""
     monkeypatch.setattr(
         importance_module, "_chain_orders", ByteBudgetCache(importance_module.CHAIN_HINT_BYTES)
     )
@@ -219,26 +200,6 @@ def test_the_bit_checks_can_fail():
     assert _bits(sequential) != _bits(np.sum(x))
     _, p, q = kernel_cases(1, 3)[0]
     assert not _same_stage(_previous_solve_stage(p, q, q, 9), _previous_solve_stage(p, q, q, 10))
-
-
-def test_lp_values_and_weights_equal_numpy(fresh_caches):
-    rng = np.random.default_rng(11)
-    for s in (2, 3, 6, 10, 17):
-        ii, jj, perm, _, _ = importance_module._lp_pattern(s)
-        for _ in range(5):
-            a, b = rng.random(s) ** 3, rng.random(s) ** 3
-            a[rng.random(s) < 0.3] = 0.0
-            weight = a[ii] * b[jj]
-            want = np.concatenate((-weight, weight, np.ones(s)))[perm]
-            assert want.tobytes() == kernels.lp_data(a, b, ii, jj, perm).tobytes()
-            x = rng.random(ii.size) * (1 + 2e-10) - 1e-10
-            x[0] = -0.0
-            keep, within = kernels.lp_keep(x, ii, jj, s, LP_SLACK)
-            ref = np.ones((s, s))
-            ref[ii, jj] = clip_rounding(x, 0.0, 1.0, "W", tol=LP_SLACK)
-            assert within and keep.tobytes() == ref.tobytes()
-        x[-1] = 1.0 + 1e-6  # out by more than the slack: refused, the caller raises
-        assert not kernels.lp_keep(x, ii, jj, s, LP_SLACK)[1]
 
 
 def test_accept_rest_and_cdf_table_equal_numpy():

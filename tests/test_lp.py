@@ -383,37 +383,19 @@ def test_no_linear_program_bypasses_the_highs_wrapper():
     assert not offenders, f"LPs solved outside otbound/bounds/_highs.py: {offenders}"
 
 
-def _importance_stage_inputs():
+def test_column_matrix_entry_gives_the_scipy_entry_bits():
+    """An LP passed as a :class:`ColumnMatrix` is the one passed as a scipy array, bit for
+    bit (``solve_lp`` turns the latter into the former)."""
+    from otbound.bounds._highs import ColumnMatrix
+
     rng = np.random.default_rng(41)
-    p, q = rng.dirichlet(np.full(12, 0.3)), rng.dirichlet(np.full(12, 0.3))
-    return p, q
-
-
-def test_importance_lp_uses_the_wrapper_tolerance(monkeypatch):
-    from otbound.bounds import _highs
-    from otbound.verifiers import importance
-
-    calls = []
-    solutions = []
-
-    def spy(cost, matrix, *args, **kwargs):
-        calls.append(kwargs.get("tolerance", _highs.FEASIBILITY_TOLERANCE))
-        solution = _highs.solve_lp(cost, matrix, *args, **kwargs)
-        # the same LP through the scipy entry point: the same bits
-        dense = sp.csc_array(
-            (matrix.value, matrix.index, matrix.start), shape=(matrix.num_rows, cost.size)
-        )
-        solutions.append((solution, solve_lp(cost, dense, *args, **kwargs)))
-        return solution
-
-    monkeypatch.setattr(importance, "solve_lp", spy)
-    p, q = _importance_stage_inputs()
-    stage = importance._solve_stage(p, q, q, 6)
-    assert calls == [_highs.FEASIBILITY_TOLERANCE]
-    assert stage.induced.sum() == pytest.approx(1.0, abs=1e-15)
-    ((columns, scipy_entry),) = solutions
+    dense = rng.random((6, 14)) * (rng.random((6, 14)) < 0.5)
+    cost, upper = rng.random(14), rng.random(6) + 0.5
+    matrix = sp.csc_array(dense)
+    columns = solve_lp(cost, ColumnMatrix.of(matrix), -np.inf, upper, 0.0, 1.0, maximize=True)
+    scipy_entry = solve_lp(cost, matrix, -np.inf, upper, 0.0, 1.0, maximize=True)
     assert np.array_equal(columns.x, scipy_entry.x)
-    assert columns.objective == scipy_entry.objective
+    assert columns.objective == scipy_entry.objective > 0.0
 
 
 def test_solve_lp_names_a_malformed_column_matrix():
@@ -465,30 +447,3 @@ def test_the_kept_highs_instance_solves_as_a_new_one(monkeypatch):
     worker.start()
     worker.join()
     assert seen[0] is not _highs._solver(1e-10)
-
-
-def test_importance_lp_status_is_checked(monkeypatch):
-    """A HiGHS run that does not end Optimal raises ``LPError`` in the importance verifier,
-    never hands back its ``x``."""
-    from otbound.bounds import _highs
-    from otbound.verifiers import importance
-
-    real = _highs._new_highs
-
-    class NotOptimal:
-        def __init__(self):
-            self._h = real()
-
-        def __getattr__(self, name):
-            return getattr(self._h, name)
-
-        def getModelStatus(self):  # HiGHS's name
-            return highspy.HighsModelStatus.kTimeLimit
-
-    monkeypatch.setattr(_highs, "_new_highs", NotOptimal)
-    monkeypatch.setattr(_highs, "_solvers", threading.local())  # build this thread's anew
-    # an empty cross-step cache: the same LP solved earlier in the session must not answer
-    monkeypatch.setattr(importance, "_stage_cache", type(importance._stage_cache)())
-    p, q = _importance_stage_inputs()
-    with pytest.raises(LPError, match="Time limit"):
-        importance._solve_stage(p, q, q, 6)

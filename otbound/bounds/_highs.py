@@ -152,8 +152,8 @@ def _bounds(values: object, size: int, name: str) -> np.ndarray:
 @dataclass(frozen=True, eq=False)
 class ColumnMatrix:
     """A constraint matrix in the column-wise form HiGHS takes (CSC without duplicates), for
-    :func:`solve_lp` without a scipy object to build and convert (the importance-sampling
-    stages solve thousands of small LPs whose pattern is fixed).
+    :func:`solve_lp` without a scipy object to build and convert (for a caller that solves
+    many small LPs of one fixed pattern; :func:`solve_lp` turns a scipy matrix into one).
 
     Attributes
     ----------

@@ -19,10 +19,13 @@ The practical scheme implemented here: for two slots with independent draft dist
 top ``s`` tokens ``S`` (``s = 10`` by default), and
 
 * for a pair inside ``S × S``, keep slot 1 with probability ``W[i, j]`` from the LP
-  ``max Σ_{y∈S} min(p_y, p_I(y))`` over ``W ∈ [0, 1]^{s×s}`` (every other pair fixed),
-  solved by :func:`otbound.bounds._highs.solve_lp` (HiGHS with tolerances 1e-10 and its
-  status checked, like every otbound LP); weights and ``p_I`` leave their ranges by at most
-  that tolerance, beyond which they raise instead of being clipped;
+  ``max Σ_{y∈S} min(p_y, p_I(y))`` over ``W ∈ [0, 1]^{s×s}`` (every other pair fixed). The
+  LP is a transport of each pair's mass between its two tokens, solved exactly as a maximum
+  flow (:mod:`otbound.verifiers._stage_flow`, its optimality certified by a cut; an
+  uncertified flow raises). Its optimum is usually not unique; the one taken depends on the
+  LP's inputs only: from ``W = 0`` (the challenger, slot 2, keeps the pair) the flow moves
+  only what the tokens short of their ``p_y`` can take (the module's docstring says which
+  flow);
 * a top-``s`` token beats a tail token, and between two tail tokens the higher-ranked wins;
 * equal tokens: the draft itself.
 
@@ -38,7 +41,7 @@ the higher-ranked token every tail pair, so each fold multiplies the tail's shar
 ("keep ``x_1``" is infeasible, so ``α_sel`` can even fall below single-draft ``β``: ``p = q``
 uniform on 4 tokens with ``s = 2`` gives 0.75, not 1). On ``data/sample`` (V = 8192, T = 1)
 ``p(S) ≈ 0.44`` while ``p_I(S)`` grows from 0.44 to 0.77 between n = 2 and n = 8, the tail's
-part of ``α_sel`` drops from 0.31 to 0.13, and ``α_sel`` goes 0.617, 0.599, 0.576, 0.513 for
+part of ``α_sel`` drops from 0.31 to 0.13, and ``α_sel`` goes 0.617, 0.599, 0.576, 0.514 for
 n = 2, 3, 4, 8 (single draft 0.556).
 
 ``p_I`` is exact for any ``V`` (``O(nV log V)`` plus ``n − 1`` small LPs), so ``α_sel`` is
@@ -56,103 +59,50 @@ n = 2, 3, 4, 8 (single draft 0.556).
 
 from __future__ import annotations
 
-import functools
 import math
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import sparse
 
 from otbound._checks import clip_rounding
 from otbound._sorting import stable_argsort
 from otbound.bounds import LP_SLACK as _LP_SLACK
-from otbound.bounds._highs import ColumnMatrix, solve_lp
+from otbound.bounds import LPError
 from otbound.problem import Step
 from otbound.verifiers._step_cache import ByteBudgetCache, compact, step_key
 from otbound.verifiers.base import BaseVerifier, residual, sample_tokens
 
-__all__ = ["ImportanceSampling", "SelectionStage", "stage_cache_info"]
+__all__ = ["ImportanceSampling", "SelectionStage"]
 
 #: Largest ``V^n`` (draft tuples) enumerated for the exact acceptance at ``n ≥ 3``.
 MAX_TUPLES = 200_000
 
-#: Solved stage LPs kept across steps, keyed by the LP's inputs (``s``, the top tokens'
-#: ``p``, ``a``, ``b`` and fixed masses, as bytes): a step whose top tokens and masses repeat
-#: (one-hot rows at temperature 0, repeated contexts) reuses the weights instead of solving.
-STAGE_CACHE_SIZE = 4096
 
-_stage_cache: OrderedDict[bytes, np.ndarray] = OrderedDict()
-_stage_stats = {"hits": 0, "misses": 0}
+def _stage_weights(lp: np.ndarray) -> np.ndarray:
+    """The weights ``W`` (s, s) of a stage's top-``s`` LP (diagonal 1): the optimum
+    :func:`~otbound.verifiers._stage_flow.stage_flow` finds as a maximum flow, its cut
+    certificate checked.
 
+    ``lp``: the rows ``aS``, ``bS``, ``pS`` and ``base`` of
+    :func:`~otbound.verifiers._importance_kernels.stage_top`.
 
-def stage_cache_info() -> dict[str, int]:
-    """Hits and misses of the cross-step cache of stage LPs, and its size (for benchmarks)."""
-    return {**_stage_stats, "size": len(_stage_cache)}
-
-
-@functools.lru_cache(maxsize=16)
-def _lp_pattern(s: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The sparsity of the top-``s`` LP's constraints, column-wise as HiGHS takes them.
-
-    Variables ``W[ii[k], jj[k]]`` (off the diagonal), then ``t_y``; entry ``k`` of the
-    triplets ``(rows, cols, vals)`` below lands at ``perm``'s position ``k`` of the CSC data
-    with ``indices`` and ``indptr``: the matrix ``csr_array((vals, (rows, cols))).tocsc()``
-    holds, without building it for every LP (rows sorted within each column).
+    Raises
+    ------
+    otbound.bounds.LPError
+        Where the flow is not certified optimal to ``LP_SLACK`` (NaN input, or a search that
+        did not end: never on valid input).
     """
-    ii, jj = np.nonzero(~np.eye(s, dtype=bool))
-    nw = ii.size
-    rows = np.concatenate((ii, jj, np.arange(s)))
-    cols = np.concatenate((np.arange(nw), np.arange(nw), nw + np.arange(s)))
-    tags = np.arange(1.0, rows.size + 1.0)  # entry k tagged k + 1 (no zero is dropped)
-    csc = sparse.csr_array((tags, (rows, cols)), shape=(s, nw + s)).tocsc()
-    csc.sort_indices()
-    perm = csc.data.astype(np.int64) - 1
-    indices, indptr = csc.indices.astype(np.int32), csc.indptr.astype(np.int32)  # as HiGHS
-    for arr in (ii, jj, perm, indices, indptr):
-        arr.setflags(write=False)
-    return ii, jj, perm, indices, indptr
+    from otbound.verifiers._stage_flow import stage_flow
 
-
-def _solve_top_lp(
-    aS: np.ndarray, bS: np.ndarray, pS: np.ndarray, base: np.ndarray, key: bytes | None = None
-) -> np.ndarray:
-    """The weights ``W`` (s, s) of the top-``s`` LP (diagonal 1), cached across steps.
-
-    ``key``: the cache key ``concatenate((aS, bS, pS, base)).tobytes()`` where the caller has
-    it (the bytes of :func:`~otbound.verifiers._importance_kernels.stage_top`'s LP rows).
-    """
-    s = aS.size
-    if key is None:
-        key = np.concatenate((aS, bS, pS, base)).tobytes()
-    hit = _stage_cache.get(key)
-    if hit is not None:
-        _stage_stats["hits"] += 1
-        _stage_cache.move_to_end(key)
-        return hit
-    _stage_stats["misses"] += 1
-    from otbound.verifiers._importance_kernels import lp_data, lp_keep
-
-    ii, jj, perm, indices, indptr = _lp_pattern(s)  # variable k is W[ii[k], jj[k]]
-    nw = ii.size
-    # row y: t_y − Σ_j a_y b_j W[y,j] + Σ_i a_i b_y W[i,y] ≤ base_y (CSC values compiled)
-    a_ub = ColumnMatrix(indptr, indices, lp_data(aS, bS, ii, jj, perm), s)
-    cost = np.concatenate((np.zeros(nw), np.ones(s)))
-    upper = np.concatenate((np.ones(nw), pS))
-    # max Σ t through the one HiGHS wrapper (its tight tolerances, status checked)
-    x = solve_lp(cost, a_ub, -np.inf, base, 0.0, upper, maximize=True).x
     keep: np.ndarray
-    keep, within = lp_keep(x, ii, jj, s, _LP_SLACK)  # clip_rounding's clip, compiled
-    if not within:
-        keep = np.ones((s, s))
-        keep[ii, jj] = clip_rounding(
-            x[:nw], 0.0, 1.0, "importance selection weight W (LP)", tol=_LP_SLACK
+    keep, value, gap = stage_flow(lp)
+    if not (abs(gap) <= _LP_SLACK and math.isfinite(value)):
+        raise LPError(
+            f"importance stage LP: the maximum flow is not certified optimal (value {value!r}, "
+            f"cut gap {gap!r}; the top tokens' p, a, b: {lp[2]!r}, {lp[0]!r}, {lp[1]!r})"
         )
     keep.setflags(write=False)
-    _stage_cache[key] = keep
-    if len(_stage_cache) > STAGE_CACHE_SIZE:
-        _stage_cache.popitem(last=False)
     return keep
 
 
@@ -287,8 +237,7 @@ def _stage_and_order(
     if not done:
         order = stable_argsort(key)
         rank, induced_sorted, lp = stage_top(order, p, a, b, s)
-    aS, bS, pS, base = lp
-    keep = _solve_top_lp(aS, bS, pS, base, lp.tobytes()) if s > 1 else np.ones((s, s))
+    keep = _stage_weights(lp) if s > 1 else np.ones((s, s))
     # p_I ≥ t ≥ 0 row by row and Σ p_I = Σ_{i,j} a_i b_j = 1 exactly: off by the LP's
     # feasibility tolerance and rounding only (clipped as clip_rounding does, which raises)
     induced, within, total = stage_finish(order, induced_sorted, lp, keep, _LP_SLACK)
