@@ -87,24 +87,43 @@ def _power(x, e):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
 
 @numba.njit(cache=True, error_model="numpy")
 def _inside_lower(start, end, cum_p, suffix, known, slope):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
-    r"""``min_{s < i < e} [p(H_i) − min(Q(H_e), Q(H_s) + K_e m_i)]``: a lower bound on
-    ``p(H_i) − Q(H_i)`` at the prefixes inside the segment ``[s, e)``, with each prefix's own
-    ``p(H_i)`` (``Q`` grows with ``H``, by at most ``K_e`` per unit of mass added).
+    r"""``min_{s < i < e} [p(H_i) − \bar Q_i]``: a lower bound on ``p(H_i) − Q(H_i)`` at the
+    prefixes inside the segment ``[s, e)``, with each prefix's own ``p(H_i)`` and
+    ``\bar Q_i = min(Q(H_e), Q(H_s) + K_e m_i, Q(H_s) + (Q(H_e) − Q(H_s)) m_i / M)``, where
+    ``m_i = q(H_i) − q(H_s)`` and ``M = q(H_e) − q(H_s)``.
 
-    ``m_i ≥ q(H_i) − q(H_s)`` is the difference of the suffix sums rounded up: each of the
-    ``i − s`` additions that built ``suffix[s]`` from ``suffix[i]`` rounds by at most half an
-    ulp of ``suffix[s]``, and the subtraction by a relative half-ulp (tokens below the sum's
-    last place would otherwise add no mass at all). ``−inf`` (keep the segment) where a term
-    is NaN (``K_e = inf`` times no mass).
+    * ``Q`` grows with ``H``, by at most ``K_e`` per unit of mass added.
+    * ``Q`` is convex in the mass along any order of the tokens (the chord): adding a token
+      ``x`` to ``H`` raises ``Q`` by ``q_x S_x(H)``, and ``S_x(H) ≤ D(H ∪ x) ≤ S_y(H ∪ x)``
+      for the next token ``y``, ``D`` the rate of a token of vanishing mass. With exponential
+      clocks, ``a, b`` the ``(n−1)``-th and ``n``-th clock of ``H`` and ``λ = 1 − q(H)``:
+      ``S_x(H) = E[e^{−(λ−q_x) a} (1 − e^{−q_x a}) / q_x + ∫_a^b e^{−λ s} ds]`` and
+      ``D(H) = E[a e^{−λ a} + ∫_a^b e^{−λ s} ds]``, so ``S_y(H) ≥ D(H)`` because
+      ``(e^{q_y a} − 1) / q_y ≥ a``, and ``D(H ∪ x) ≥ S_x(H)`` because the clocks of
+      ``H ∪ x`` give ``D(H ∪ x) ≥ E[a e^{−(λ−q_x) a} + ∫_a^b e^{−λ s} ds]`` and
+      ``(1 − e^{−q_x a}) / q_x ≤ a`` (``docs/mathematics.md``, "The chord of Q").
+
+    ``m_i`` is the difference of the suffix sums rounded up and ``M`` rounded down: each of
+    the ``i − s`` additions that built ``suffix[s]`` from ``suffix[i]`` rounds by at most half
+    an ulp of ``suffix[s]``, and the subtraction by a relative half-ulp (tokens below the
+    sum's last place would otherwise add no mass at all). ``−inf`` (keep the segment) where a
+    term is NaN (``K_e = inf`` times no mass).
     """
     lowest = np.inf
     top = known[end]
+    low = known[start]
+    rise = max(top - low, 0.0)
     base = suffix[start]
+    span = (base - suffix[end]) * (1.0 - 2.0**-51) - (end - start) * 2.0**-53 * base
     for i in range(start + 1, end):
         added = (base - suffix[i]) * (1.0 + 2.0**-51) + (i - start) * 2.0**-53 * base
-        cap = known[start] + slope * added
+        cap = low + slope * added
         if cap > top:
             cap = top
+        if span > 0.0 and added < span:
+            chord = low + rise * (added / span)
+            if chord < cap:
+                cap = chord
         value = cum_p[i] - cap
         if value != value:
             return -np.inf
@@ -150,9 +169,11 @@ def settle_level(  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
 
     (``r_s`` the ratio ``p/q`` of token ``s``, ``K = growth[k]``, ``q(H_e)`` rounded up) and,
     with each inside prefix's own ``p(H_i)`` (:func:`_inside_lower`),
-    ``min_{s<i<e} [p(H_i) − min(Q(H_e), Q(H_s) + K q(H_e)^{n−1} (q(H_i) − q(H_s)))]`` is too
-    (a NaN in either keeps the segment); each candidate is cut into ``refine`` pieces of
-    ``⌈length / refine⌉`` tokens.
+    ``min_{s<i<e} [p(H_i) − min(Q(H_e), Q(H_s) + K q(H_e)^{n−1} m_i, Q(H_s) + (Q(H_e) −
+    Q(H_s)) m_i / M)]`` is too (``m_i = q(H_i) − q(H_s)``, ``M = q(H_e) − q(H_s)``; the last
+    term is the chord of ``Q``, convex in the mass along the sweep; a NaN in either test keeps
+    the segment); each candidate is cut into ``refine`` pieces of ``⌈length / refine⌉``
+    tokens.
 
     Returns
     -------

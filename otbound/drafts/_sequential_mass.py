@@ -711,9 +711,11 @@ def sequential_prefix_minimum(
       ``D`` terms is at most ``A (m u)^D / (m u (D+1)!)`` with ``u = max a_x`` (kept below
       1e-19); the other tokens join one by one. This gives ``Q`` at the block boundaries.
     * ``Q`` grows with ``H`` and so does ``p(H)``: inside a block,
-      ``p(H_i) − Q(H_i) ≥ p(H_{start}) − Q(H_{end})``. Only blocks where this lower bound is
-      below the best boundary value (less ``CANDIDATE_SLACK``) are swept token by token,
-      from the count distributions stored at their start.
+      ``p(H_i) − Q(H_i) ≥ p(H_{start}) − Q(H_{end})``; ``Q`` is also convex in the mass along
+      the sweep, so it stays below the chord between the block's ends
+      (:func:`~otbound.drafts._sequential_level._inside_lower`). Only blocks where these lower
+      bounds are below the best boundary value (less ``CANDIDATE_SLACK``) are swept token by
+      token, from the count distributions stored at their start.
 
     Parameters
     ----------
@@ -849,8 +851,9 @@ def sequential_prefix_minimum(
         # Q at the segment ends, the minimum so far, and the next level: inside a segment
         # p(H_i) ≥ p(H_s) + r_s m and Q(H_i) ≤ min(Q(H_e), Q(H_s) + K_e m) (m = q(H_i) −
         # q(H_s)), so p(H_i) − Q(H_i) ≥ p(H_s) − Q(H_e) + min(r_s/K_e, 1) ΔQ with
-        # K_e = q(H_e)^{n−1} K (:func:`_growth_bound`); each candidate is cut into REFINE
-        # pieces (of at least one token)
+        # K_e = q(H_e)^{n−1} K (:func:`_growth_bound`); then each inside prefix with its own
+        # p(H_i) and also the chord of Q; each candidate is cut into REFINE pieces (of at
+        # least one token)
         status, chosen, next_starts, next_ends, groups = settle_level(
             starts, ends, remaining, left, positives, cum_p, suffix, p_row, q, integrated,
             slots, growth, gap, index, known, may_refine, REFINE if longest > 1 else 0,
