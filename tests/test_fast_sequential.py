@@ -15,6 +15,7 @@ import numpy as np
 import oracles
 import pytest
 
+from otbound import optimal_acceptance
 from otbound.drafts import sweep_key as _sweep_key
 from otbound.drafts._sequential_mass import (
     _closed_form_mass,
@@ -723,7 +724,31 @@ def test_sorting_the_chosen_buckets_sorts_each_in_its_own_places():
         np.testing.assert_array_equal(order, want)
 
 
-def test_an_infinite_growth_bound_keeps_the_segment():
+def test_growth_bound_survives_the_cancellation_of_one_minus_the_largest():
+    """The ``n − 1`` largest masses hold all but 1e-18: ``q.sum() − Σ top`` cancelled to about
+    2e-16, ``K`` came out near 9e15 where it is at least 1e18, the slope test dropped the
+    segment that holds the minimum and α* came out 6.5e-6 too high. The other masses are now
+    summed on their own."""
+    rng = np.random.default_rng(7)
+    vocab, n = 2_000, 8
+    tail = vocab - n + 1
+    ratio = 10.0 ** rng.uniform(15, 21, tail)
+    small = 10.0 ** rng.uniform(-2, 0, tail)
+    small *= 1e-18 / small.sum()
+    q = np.concatenate((rng.dirichlet(np.ones(n - 1)) * (1 - 1e-18), small))
+    p = np.concatenate((np.full(n - 1, 1e-3), small * ratio))
+    p, q = p / p.sum(), q / q.sum()
+    assert _growth_bound(q, n) >= 1e18
+    order = np.argsort(_sweep_key(p, q), kind="stable")
+    every = (
+        np.concatenate(([0.0], np.cumsum(p[order]))) - sequential_prefix_masses(q[order], [n])[0]
+    )
+    want = 1.0 + min(0.0, float(np.min(every)))
+    got = optimal_acceptance(p, q, n=n, design="without_replacement")
+    assert got == pytest.approx(want, abs=1e-12)
+
+
+def test_an_infinite_growth_bound_keeps_the_segment(monkeypatch):
     """``K = inf`` (the largest masses hold everything) times a mass that rounds away is NaN:
     the segment is kept, and the minimum found (it was once dropped)."""
     vocab = 200
@@ -732,7 +757,11 @@ def test_an_infinite_growth_bound_keeps_the_segment():
     p = np.zeros(vocab)
     p[3:7] = 0.001
     p[7:] = (1 - p.sum()) / (vocab - 7)
-    assert _growth_bound(q, 3) == np.inf
+    # the other masses, 2e-18, are summed on their own: K is finite, but large
+    assert 4e17 < _growth_bound(q, 3) < 6e17
+    monkeypatch.setattr(  # as K was before that, when 1 − m_2 cancelled to 0
+        mass_module, "_growth_bounds", lambda q, counts: [math.inf for _ in counts]
+    )
     full = np.concatenate(([0.0], np.cumsum(p))) - sequential_prefix_masses(q, [3])[0]
     gap, index = sequential_prefix_minimum(p, q, [3])
     assert gap[0] == pytest.approx(full.min(), abs=1e-15)

@@ -656,33 +656,55 @@ def _closed_form_mass(q: np.ndarray, suffix: np.ndarray, n: int) -> np.ndarray:
     return 1.0 - suffix * (1.0 + np.concatenate(([0.0], np.cumsum(odds))))
 
 
+#: Below this, ``1 − m_j`` computed as ``q.sum() − Σ_{k<j} top_k`` may have lost more than the
+#: relative 1e-12 the growth bound allows for (the sum and the subtraction round by a few
+#: 1e-16 of the total): the other masses are then summed directly instead.
+RELIABLE_REST = 1e-2
+
+
+def _other_masses(q: np.ndarray, most: int) -> np.ndarray:
+    r"""``rest[j]``, the mass of ``q`` outside its ``j`` largest entries, ``j = 0..most``
+    (``most <= q.size``), each rounded down by a relative 1e-12 (a lower bound).
+
+    ``q.sum() − Σ_{k<j} top_k`` cancels when the largest entries hold nearly all the mass
+    (``1 − m_j`` of 1e-18 came out as 2e-16): where the smallest of them is below
+    :data:`RELIABLE_REST`, the entries past the ``most`` largest are summed on their own and
+    the largest added back, sums of non-negative terms only.
+    """
+    top = largest_masses(q, most)
+    rest = q.sum() - np.concatenate(([0.0], np.cumsum(top)))
+    if most and rest[most] < RELIABLE_REST:
+        largest = np.argpartition(q, q.size - most)[q.size - most :]
+        tail = np.delete(q, largest).sum()
+        rest = tail + np.concatenate((np.cumsum(top[::-1])[::-1], [0.0]))
+    out: np.ndarray = rest * (1.0 - 1e-12)  # rounding of the sums: keep K an upper bound
+    return out
+
+
 def _growth_bound(q: np.ndarray, n: int) -> float:
     r"""``K = Σ_{j<n} 1 / (1 − m_j)``, ``m_j`` the mass of the ``j`` largest tokens: adding
     tokens of mass ``m`` to ``H`` raises ``Q(H)`` by at most ``K m``.
 
     ``Q(H ∪ D) − Q(H) ≤ Σ_j P(draw j+1 ∈ D) ≤ Σ_j q(D) / (1 − s_j)`` with ``s_j ≤ m_j`` the
-    mass drawn before. ``1 − m_j`` is the mass of the other tokens (``inf`` when none is left).
+    mass drawn before. ``1 − m_j`` is the mass of the other tokens (``inf`` when none is left),
+    from :func:`_other_masses`.
 
     With ``c = q(H ∪ D)`` the increase is also at most ``c^{n−1} K q(D)``: it is at most
     ``Σ_j P(all n draws in H ∪ D, draw j+1 in D)``, and in that event each of the other
     ``n − 1`` draws lands in ``H ∪ D`` with probability ``(c − s)/(1 − s) ≤ c``.
     """
-    top = np.sort(np.partition(q, q.size - min(n, q.size))[q.size - min(n, q.size) :])[::-1]
-    rest = q.sum() - np.concatenate(([0.0], np.cumsum(top)))[:n]
-    rest = rest * (1.0 - 1e-12)  # rounding of the sum: keep K an upper bound
-    return float(np.sum(1.0 / rest)) if np.all(rest > 0) else math.inf
+    return _growth_bounds(q, [n])[0]
 
 
 def _growth_bounds(q: np.ndarray, counts: Sequence[int]) -> list[float]:
     """:func:`_growth_bound` for each ``n`` in ``counts``, from one pass for the largest
     masses (:func:`otbound.drafts._sequential_layout.largest_masses`)."""
-    top = largest_masses(q, min(max(counts), q.size))
-    rest = q.sum() - np.concatenate(([0.0], np.cumsum(top)))
-    rest = rest * (1.0 - 1e-12)  # rounding of the sum: keep K an upper bound
+    rest = _other_masses(q, min(max(counts), q.size))
     out = []
     for n in counts:
         part = rest[:n]
-        out.append(float(np.sum(1.0 / part)) if np.all(part > 0) else math.inf)
+        with np.errstate(over="ignore"):  # a rest below 1/MAX_FLOAT: K = inf, still a bound
+            out.append(float(np.sum(1.0 / part)) if np.all(part > 0) else math.inf)
     return out
 
 
