@@ -278,8 +278,9 @@ SERIES_TOLERANCE = 1e-19
 FOLD_MIN = 16
 #: Each refinement cuts a segment into this many.
 REFINE = 8
-#: The first level has at least this many segments (its length is a power of ``REFINE``).
-TOP_SEGMENTS = 24
+#: The first level has at least this many segments (its length is a power of ``REFINE``);
+#: 12 since the chord of ``Q`` (24 before: the deeper levels now keep few segments).
+TOP_SEGMENTS = 12
 #: Slack on the candidate test: a block is refined unless its lower bound exceeds the best
 #: value found by more than the integration error.
 CANDIDATE_SLACK = 1e-13
