@@ -485,11 +485,11 @@ def test_settle_level_is_the_numpy_bookkeeping():
     assert pruned > 0  # and the inside test removed some that the first test kept
 
 
-def test_the_inside_bound_is_below_every_prefix_inside():
-    """``p(H_i) − min(Q(H_e), Q(H_s) + K_e (q(H_i) − q(H_s)))`` never exceeds the exact
-    ``p(H_i) − Q(H_i)``, and it is tight somewhere (the test can fail)."""
-    rng = np.random.default_rng(83)
-    closest = np.inf
+def _inside_cases(seed: int):
+    """Zipf rows in sweep order (V = 30, 400, 3,000; n = 3, 4, 8) with their prefix sums, the
+    exact ``Q`` of every prefix, the growth bound ``K`` and random segments ``[a, e)`` of at
+    least two tokens."""
+    rng = np.random.default_rng(seed)
     for vocab in (30, 400, 3_000):
         for n in (3, 4, 8):
             p, q = _zipf_pair(rng, vocab)
@@ -499,14 +499,21 @@ def test_the_inside_bound_is_below_every_prefix_inside():
             exact = sequential_prefix_masses(q, [n])[0]
             slope = mass_module._growth_bound(q, n)
             cuts = np.unique(np.concatenate(([0, vocab], rng.integers(1, vocab, vocab // 5))))
-            for a, e in itertools.pairwise(cuts):
-                if e - a < 2:
-                    continue
-                reach = min(1.0 - suffix[e] / suffix[0] + 1e-12, 1.0)
-                bound = _inside_lower(a, e, cum_p, suffix, exact, slope * reach ** (n - 1))
-                truth = np.min(cum_p[a + 1 : e] - exact[a + 1 : e])
-                assert bound <= truth + 1e-15
-                closest = min(closest, truth - bound)
+            segments = [(a, e) for a, e in itertools.pairwise(cuts) if e - a >= 2]
+            yield n, cum_p, suffix, exact, slope, segments
+
+
+def test_the_inside_bound_is_below_every_prefix_inside():
+    """``p(H_i) − min(Q(H_e), Q(H_s) + K_e (q(H_i) − q(H_s)), chord)`` never exceeds the exact
+    ``p(H_i) − Q(H_i)``, and it is tight somewhere (the test can fail)."""
+    closest = np.inf
+    for n, cum_p, suffix, exact, slope, segments in _inside_cases(83):
+        for a, e in segments:
+            reach = min(1.0 - suffix[e] / suffix[0] + 1e-12, 1.0)
+            bound = _inside_lower(a, e, cum_p, suffix, exact, slope * reach ** (n - 1))
+            truth = np.min(cum_p[a + 1 : e] - exact[a + 1 : e])
+            assert bound <= truth + 1e-15
+            closest = min(closest, truth - bound)
     assert closest < 1e-3
 
 
@@ -569,28 +576,17 @@ def test_q_is_convex_in_the_mass_along_any_order():
 def test_the_chord_alone_is_below_every_prefix_inside():
     """With no slope bound (``K_e = inf``), the chord keeps ``_inside_lower`` below the exact
     ``p(H_i) − Q(H_i)`` of every inside prefix, and it is far tighter than the slope bound."""
-    rng = np.random.default_rng(89)
-    for vocab in (30, 400, 3_000):
-        for n in (3, 4, 8):
-            p, q = _zipf_pair(rng, vocab)
-            order = np.argsort(_sweep_key(p, q))
-            p, q = p[order], q[order]
-            cum_p, suffix, _ = prefix_sums(p, q)
-            exact = sequential_prefix_masses(q, [n])[0]
-            slope = mass_module._growth_bound(q, n)
-            cuts = np.unique(np.concatenate(([0, vocab], rng.integers(1, vocab, vocab // 5))))
-            chord_gap = slope_gap = 0.0
-            for a, e in itertools.pairwise(cuts):
-                if e - a < 2:
-                    continue
-                truth = np.min(cum_p[a + 1 : e] - exact[a + 1 : e])
-                chord = _inside_lower(a, e, cum_p, suffix, exact, np.inf)
-                assert chord <= truth + 1e-15
-                chord_gap += truth - chord
-                with_slope = exact.copy()
-                with_slope[e] = np.inf  # no Q(H_e): the slope bound alone (and no chord)
-                slope_gap += truth - _inside_lower(a, e, cum_p, suffix, with_slope, slope)
-            assert chord_gap < slope_gap
+    for _, cum_p, suffix, exact, slope, segments in _inside_cases(89):
+        chord_gap = slope_gap = 0.0
+        for a, e in segments:
+            truth = np.min(cum_p[a + 1 : e] - exact[a + 1 : e])
+            chord = _inside_lower(a, e, cum_p, suffix, exact, np.inf)
+            assert chord <= truth + 1e-15
+            chord_gap += truth - chord
+            with_slope = exact.copy()
+            with_slope[e] = np.inf  # no Q(H_e): the slope bound alone (and no chord)
+            slope_gap += truth - _inside_lower(a, e, cum_p, suffix, with_slope, slope)
+        assert chord_gap < slope_gap
 
 
 def test_settle_level_hands_bad_masses_back_to_numpy_which_raises(monkeypatch):
