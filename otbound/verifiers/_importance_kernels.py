@@ -9,12 +9,11 @@ are the ``O(V)`` passes of ``_solve_stage``, with its arithmetic in its order (b
 the inversion of the draft CDF.
 
 The fused passes (:func:`stage_order`, :func:`stage_top`, :func:`stage_finish`,
-:func:`stage_prepare`, :func:`accept_rest`, :func:`coincidence_two`, :func:`cdf_table`,
-:func:`lp_data`, :func:`lp_keep`) do a whole step of the
-verifier's numpy code in one call each, with numpy's arithmetic in numpy's order: its
-sequential ``cumsum`` and the pairwise summation of ``np.sum``
-(:func:`otbound._pairwise.pairwise_sum`), so their
-values are the numpy code's bit for bit (``tests/test_importance_speed.py`` checks it).
+:func:`stage_prepare`, :func:`accept_rest`, :func:`coincidence_two`, :func:`cdf_table`) do a
+whole step of the verifier's numpy code in one call each, with numpy's arithmetic in numpy's
+order: its sequential ``cumsum`` and the pairwise summation of ``np.sum``
+(:func:`otbound._pairwise.pairwise_sum`), so their values are the numpy code's bit for bit
+(``tests/test_importance_speed.py`` checks it).
 """
 
 from __future__ import annotations
@@ -30,8 +29,6 @@ __all__ = [
     "coincidence_two",
     "coincidence_values",
     "guide_table",
-    "lp_data",
-    "lp_keep",
     "sample_cdf",
     "sort_from_hint",
     "stage_finish",
@@ -416,35 +413,3 @@ def stage_prepare(p, a, b, hint, budget, s):  # type: ignore[no-untyped-def]  # 
         return False, order, key, np.empty(0, dtype=np.int64), np.empty(0), np.empty((4, s))
     rank, induced, lp = stage_top(order, p, a, b, s)
     return True, order, key, rank, induced, lp
-
-
-@numba.njit(cache=True)
-def lp_data(a_top, b_top, ii, jj, perm):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
-    """``concatenate((−w, w, ones(s)))[perm]`` with ``w = a_top[ii] · b_top[jj]``: the CSC
-    values of the top-``s`` LP's constraint matrix (``importance._lp_pattern``)."""
-    nw = ii.shape[0]
-    s = a_top.shape[0]
-    vals = np.empty(2 * nw + s)
-    for k in range(nw):
-        w = a_top[ii[k]] * b_top[jj[k]]
-        vals[k] = -w
-        vals[nw + k] = w
-    for k in range(s):
-        vals[2 * nw + k] = 1.0
-    data = np.empty(perm.shape[0])
-    for k in range(perm.shape[0]):
-        data[k] = vals[perm[k]]
-    return data
-
-
-@numba.njit(cache=True)
-def lp_keep(x, ii, jj, s, tol):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
-    """``W`` (s, s): ones, with ``W[ii[k], jj[k]] = clip(x[k], 0, 1)``; ``False`` (the caller
-    raises through ``clip_rounding``) where an ``x[k]`` is NaN or out by more than ``tol``."""
-    keep = np.ones((s, s))
-    for k in range(ii.shape[0]):
-        v, ok = _unit_clipped(x[k], tol)
-        if not ok:
-            return keep, False
-        keep[ii[k], jj[k]] = v
-    return keep, True

@@ -238,8 +238,8 @@ def _stage_and_order(
         order = stable_argsort(key)
         rank, induced_sorted, lp = stage_top(order, p, a, b, s)
     keep = _stage_weights(lp) if s > 1 else np.ones((s, s))
-    # p_I ≥ t ≥ 0 row by row and Σ p_I = Σ_{i,j} a_i b_j = 1 exactly: off by the LP's
-    # feasibility tolerance and rounding only (clipped as clip_rounding does, which raises)
+    # p_I ≥ min(p, base) ≥ 0 row by row and Σ p_I = Σ_{i,j} a_i b_j = 1 exactly: off by
+    # rounding only (clipped as clip_rounding does, which raises beyond LP_SLACK)
     induced, within, total = stage_finish(order, induced_sorted, lp, keep, _LP_SLACK)
     if not within:
         clip_rounding(
