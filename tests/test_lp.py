@@ -19,7 +19,8 @@ import scipy.sparse as sp
 import otbound as ob
 from otbound.bounds import _highs
 from otbound.bounds import dual as dual_module
-from otbound.bounds._highs import LPError, LPSolution, solve_lp
+from otbound.bounds._highs import LPSolution, solve_lp
+from otbound.bounds._lp_status import LPError
 from otbound.bounds.dual import solve_dual
 from otbound.bounds.primal import MAX_VARIABLES, solve_primal
 from otbound.bounds.reference import solve_primal_cvxpy

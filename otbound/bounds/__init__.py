@@ -5,7 +5,8 @@ from typing import TYPE_CHECKING
 from otbound import _lazy_exports
 
 if TYPE_CHECKING:
-    from otbound.bounds._highs import LP_SLACK, LPError, solve_lp
+    from otbound.bounds._highs import solve_lp
+    from otbound.bounds._lp_status import LP_SLACK, LPError
     from otbound.bounds.dual import DualResult, solve_dual
     from otbound.bounds.primal import PrimalResult, solve_primal
     from otbound.bounds.reference import solve_primal_cvxpy
@@ -16,7 +17,8 @@ else:
     __getattr__, __dir__ = _lazy_exports(
         __name__,
         {
-            "otbound.bounds._highs": ("LP_SLACK", "LPError", "solve_lp"),
+            "otbound.bounds._highs": ("solve_lp",),
+            "otbound.bounds._lp_status": ("LP_SLACK", "LPError"),
             "otbound.bounds.dual": ("DualResult", "solve_dual"),
             "otbound.bounds.primal": ("PrimalResult", "solve_primal"),
             "otbound.bounds.reference": ("solve_primal_cvxpy",),

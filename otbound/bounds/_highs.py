@@ -27,16 +27,7 @@ import highspy
 import numpy as np
 import scipy.sparse as sp
 
-#: HiGHS's primal and dual feasibility tolerances. Its default, 1e-7, lets a solution exceed
-#: each bound by up to 1e-7, which over thousands of rows moves the optimum by 1e-6 (seen on the
-#: compact SpecHub LP at V = 5,000); 1e-10 is the smallest value HiGHS accepts.
-FEASIBILITY_TOLERANCE = 1e-10
-
-#: How far a value taken from an LP solution (a plan cell ``≥ 0``, a row sum ``≤`` its cap, a
-#: weight in ``[0, 1]``) may leave its range before it is an error rather than the solver's
-#: feasibility tolerance plus rounding: such excesses are clipped, larger ones raise.
-LP_SLACK = 10 * FEASIBILITY_TOLERANCE
-
+from otbound.bounds._lp_status import FEASIBILITY_TOLERANCE, LPError
 
 _banner_shown = False
 
@@ -94,10 +85,6 @@ def _solver(tolerance: float) -> highspy.Highs:
         highs.setOptionValue("dual_feasibility_tolerance", tolerance)
         _solvers.tolerance = tolerance
     return highs
-
-
-class LPError(RuntimeError):
-    """HiGHS did not report an optimal solution (the message carries its model status)."""
 
 
 @dataclass(frozen=True)

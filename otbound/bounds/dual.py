@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from otbound._checks import clip_rounding
-from otbound.bounds._highs import LPError, solve_lp
+from otbound.bounds._highs import solve_lp
+from otbound.bounds._lp_status import LPError
 from otbound.bounds.primal import SetProblem, set_problem
 from otbound.drafts import DraftDesign
 

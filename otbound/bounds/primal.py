@@ -22,7 +22,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from otbound._checks import as_distribution_pair, as_num_drafts, clip_rounding
-from otbound.bounds._highs import LP_SLACK, solve_lp
+from otbound.bounds._highs import solve_lp
+from otbound.bounds._lp_status import LP_SLACK
 from otbound.drafts import DraftDesign, Greedy, Hub, TopK, get_design, num_tuples
 
 #: Largest LP :func:`solve_primal` and :func:`otbound.solve_dual` build, counted before the
@@ -151,7 +152,7 @@ def set_problem(
 def _shrink(x: np.ndarray, group: np.ndarray, cap: np.ndarray, what: str) -> np.ndarray:
     """Scale the cells of every group whose sum exceeds its cap down to the cap.
 
-    An excess above :data:`otbound.bounds._highs.LP_SLACK` is not the solver's tolerance: it
+    An excess above :data:`otbound.bounds._lp_status.LP_SLACK` is not the solver's tolerance: it
     raises (naming ``what``) instead of being scaled away.
     """
     total = np.bincount(group, weights=x, minlength=cap.size)

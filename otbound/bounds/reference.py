@@ -14,7 +14,7 @@ does not pay.
 from __future__ import annotations
 
 from otbound._checks import clip_rounding
-from otbound.bounds._highs import LP_SLACK, LPError
+from otbound.bounds._lp_status import LP_SLACK, LPError
 from otbound.bounds.primal import set_problem
 from otbound.drafts import DraftDesign
 
