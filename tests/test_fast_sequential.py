@@ -662,6 +662,7 @@ def test_the_power_sums_fold_exactly_the_masses_below_each_node_limit():
     from otbound.drafts._sequential_mass import (
         FOLD_MIN,
         MOST_TERMS,
+        _balanced_schedule,
         _fold_limits,
         _segment_power_sums,
     )
@@ -685,7 +686,12 @@ def test_the_power_sums_fold_exactly_the_masses_below_each_node_limit():
         sigma = np.full((total, nodes, MOST_TERMS), np.nan)
         fold_end = np.full((total, nodes), -1, dtype=np.int64)
         largest = np.full((total, nodes), np.nan)
-        _segment_power_sums(vals, edges, rows, limits, h, layout, sigma, fold_end, largest)
+        schedule, bounds = _balanced_schedule(edges, 1 + trial % 3)  # 1, 2 or 3 shares
+        assert sorted(schedule.tolist()) == np.flatnonzero(folded).tolist()
+        work = np.full((3, vals.size), np.nan)
+        _segment_power_sums(
+            vals, edges, rows, limits, h, layout, sigma, fold_end, largest, schedule, bounds, work
+        )
         for s in np.flatnonzero(folded):
             mine = vals[edges[s] : edges[s + 1]]
             laid = layout[edges[s] : edges[s + 1]]

@@ -32,6 +32,10 @@ from otbound.drafts._sequential_mass import REFINE, TOP_SEGMENTS, sequential_pre
 
 __all__ = ["MARGIN", "bucketed_candidates", "bucketed_prefix_minimum"]
 
+#: A run of excluded buckets longer than ``stop / EXCLUDED_PIECES`` tokens is cut (at bucket
+#: boundaries) into blocks of about that length, so that the threads share its power sums.
+EXCLUDED_PIECES = 4
+
 #: A bucket is excluded only when its lower bound exceeds ``U`` by more than this: the
 #: rounding of the bucket sums (``V`` terms, ``V ε < 1e-10`` for ``V ≤ 1e6``) is far below.
 MARGIN = 1e-9
@@ -69,31 +73,48 @@ def bucketed_candidates(
 
 
 def _first_cuts(chosen: np.ndarray, starts: np.ndarray, stop: int) -> tuple[np.ndarray, np.ndarray]:
-    """First-level segments in bucket order up to ``stop``: each run of excluded buckets one
-    block (not refinable), each run of candidate buckets cut into pieces of a power of
-    ``REFINE`` tokens (refinable). Returns the cut points and the refinable flags."""
-    runs: list[tuple[int, int, bool]] = []
+    """First-level segments in bucket order up to ``stop``: each run of candidate buckets cut
+    into pieces of a power of ``REFINE`` tokens (refinable), each run of excluded buckets into
+    blocks of at least that many tokens cut at bucket boundaries only (not refinable). Returns
+    the cut points and the refinable flags.
+
+    An excluded run is one block as far as ``Q`` goes (its end is a prefix of the ``p/q``
+    order, its inside unsorted), but one block of 90,000 tokens (a Zipf row at V = 151,936)
+    leaves the power sums of :func:`~otbound.drafts._sequential_mass._segment_power_sums`, a
+    loop over segments shared among the threads, to one thread: a run longer than
+    ``stop / EXCLUDED_PIECES`` is cut at bucket boundaries (prefixes of the ``p/q`` order, so
+    their values are valid candidates) into blocks of at least that length. Not shorter: each
+    block costs a fold at every node.
+    """
+    runs: list[tuple[int, int, bool, int, int]] = []  # tokens [lo, hi), refinable, buckets [a, b)
     flags = np.concatenate(([False], chosen, [False]))
     change = np.flatnonzero(flags[1:] != flags[:-1])  # candidate runs [change[2i], change[2i+1])
-    position = 0
+    position, bucket = 0, 0
     for a, b in zip(change[::2], change[1::2], strict=True):
         lo, hi = int(starts[a]), min(int(starts[b]), stop)
         if lo >= stop:
             break
         if lo > position:
-            runs.append((position, lo, False))
-        runs.append((lo, hi, True))
-        position = hi
+            runs.append((position, lo, False, bucket, int(a)))
+        runs.append((lo, hi, True, int(a), int(b)))
+        position, bucket = hi, int(b)
     if position < stop:
-        runs.append((position, stop, False))
-    inside = sum(hi - lo for lo, hi, keep in runs if keep)
+        runs.append((position, stop, False, bucket, int(np.searchsorted(starts, stop))))
+    inside = sum(hi - lo for lo, hi, keep, _, _ in runs if keep)
     length = 1
     while inside // (length * REFINE) >= TOP_SEGMENTS:
         length *= REFINE
+    piece = max(length, -(-stop // EXCLUDED_PIECES))
     cuts = [0]
     refinable: list[bool] = []
-    for lo, hi, keep in runs:
-        points = list(range(lo + length, hi, length)) if keep else []
+    for lo, hi, keep, first, last in runs:
+        if keep:
+            points = list(range(lo + length, hi, length))
+        else:  # bucket boundaries inside the run, each at least `piece` past the last cut
+            points = []
+            for boundary in starts[first + 1 : last].tolist():
+                if boundary - (points[-1] if points else lo) >= piece and hi - boundary >= piece:
+                    points.append(int(boundary))
         for point in [*points, hi]:
             refinable.append(keep)
             cuts.append(point)

@@ -364,9 +364,27 @@ def _fold_class(value, limits, first_log, h):  # pragma: no cover - compiled
     return c
 
 
+def _balanced_schedule(edges: np.ndarray, threads: int) -> tuple[np.ndarray, np.ndarray]:
+    """The segments of ``edges`` longer than ``FOLD_MIN`` shared among ``threads`` by length:
+    longest first, each to the thread with the least so far (a segment's power sums cost
+    about its length). Thread ``w`` takes ``schedule[bounds[w]:bounds[w + 1]]``."""
+    lengths = np.diff(edges)
+    load = [0] * max(threads, 1)
+    taken: list[list[int]] = [[] for _ in load]
+    for s in np.argsort(-lengths, kind="stable").tolist():
+        if lengths[s] <= FOLD_MIN:
+            break
+        w = load.index(min(load))
+        load[w] += int(lengths[s])
+        taken[w].append(s)
+    schedule = np.asarray([s for part in taken for s in part], dtype=np.int64)
+    bounds = np.cumsum([0] + [len(part) for part in taken]).astype(np.int64)
+    return schedule, bounds
+
+
 @numba.njit(cache=True, parallel=True)
 def _segment_power_sums(
-    vals, edges, rows, limits, h, layout, sigma, fold_end, largest
+    vals, edges, rows, limits, h, layout, sigma, fold_end, largest, schedule, bounds, work
 ):  # pragma: no cover - compiled
     """Per segment ``[edges[s], edges[s+1])`` of ``vals`` longer than ``FOLD_MIN``: its masses
     laid out for :func:`_fold` at every node, without sorting them.
@@ -379,61 +397,89 @@ def _segment_power_sums(
     mass is ``largest[b, j]``, with ``σ_r = Σ (q_x / largest[b, j])^r`` for ``r = 1..terms`` in
     ``sigma[b, j]`` (0 where nothing is folded or the largest mass is 0). Node ``j``'s sums
     are node ``j + 1``'s rescaled plus the class ``j + 1`` (:func:`_group_power_sums`).
+
+    Thread ``w`` takes the segments ``schedule[bounds[w]:bounds[w + 1]]``
+    (:func:`_balanced_schedule`: every segment longer than ``FOLD_MIN``, the threads' shares
+    about equal in tokens). ``work`` (float64, (3, ``vals.size``) at least; its values do not
+    matter) holds each segment's temporaries at the segment's own columns: reused memory
+    rather than fresh pages.
     """
+    first_log = math.log(limits[0])
+    classes = work[0].view(np.int64)
+    for w in numba.prange(bounds.shape[0] - 1):
+        for at in range(bounds[w], bounds[w + 1]):
+            s = schedule[at]
+            start, stop = edges[s], edges[s + 1]
+            _one_segment_sums(
+                vals, start, stop, rows[s], limits, first_log, h, layout, sigma, fold_end,
+                largest, classes[start:stop], work[1, start:stop], work[2, start:stop],
+            )  # fmt: skip
+
+
+@numba.njit(cache=True, inline="always")
+def _one_segment_sums(
+    vals,
+    start,
+    stop,
+    block,
+    limits,
+    first_log,
+    h,
+    layout,
+    sigma,
+    fold_end,
+    largest,
+    classes,
+    ratio_work,
+    power_work,
+):  # pragma: no cover - compiled
+    """:func:`_segment_power_sums` of the segment ``[start, stop)`` (row ``block``), with work
+    arrays of its length."""
     nodes = limits.shape[0]
     terms = sigma.shape[2]
-    first_log = math.log(limits[0])
-    for s in numba.prange(edges.shape[0] - 1):
-        start, stop = edges[s], edges[s + 1]
-        if stop - start <= FOLD_MIN:  # swept token by token: no power sums
-            continue
-        block = rows[s]
-        length = stop - start
-        classes = np.empty(length, dtype=np.int64)
-        count = np.zeros(nodes + 1, dtype=np.int64)
-        for i in range(length):
-            c = _fold_class(vals[start + i], limits, first_log, h)
-            classes[i] = c
-            count[c] += 1
-        # class c at [begin[c], begin[c] + count[c]); node j folds [0, begin[j])
-        begin = np.empty(nodes + 2, dtype=np.int64)
-        begin[nodes + 1] = 0
-        begin[nodes] = 0
-        for c in range(nodes - 1, -1, -1):
-            begin[c] = begin[c + 1] + count[c + 1]
-        fill = begin[: nodes + 1].copy()
-        for i in range(length):
-            c = classes[i]
-            layout[start + fill[c]] = vals[start + i]
-            fill[c] += 1
-        added = np.empty(terms)
-        ratio_work = np.empty(length)
-        power_work = np.empty(length)
-        previous = 0.0
-        for j in range(nodes - 1, -1, -1):
-            lo, hi = begin[j + 1], begin[j]
-            fold_end[block, j] = hi
-            if hi == lo:  # nothing joins: node j + 1's sums (zero at the last node)
-                for r in range(terms):
-                    sigma[block, j, r] = sigma[block, j + 1, r] if j + 1 < nodes else 0.0
-                largest[block, j] = previous
-                continue
-            top = previous
-            for k in range(start + lo, start + hi):
-                top = max(top, layout[k])
-            largest[block, j] = top
-            if top <= 0.0:  # only zero masses: nothing to fold
-                for r in range(terms):
-                    sigma[block, j, r] = 0.0
-                continue
-            _group_power_sums(layout[start + lo : start + hi], top, added, ratio_work, power_work)
-            ratio = previous / top
-            power = 1.0
+    length = stop - start
+    count = np.zeros(nodes + 1, dtype=np.int64)
+    for i in range(length):
+        c = _fold_class(vals[start + i], limits, first_log, h)
+        classes[i] = c
+        count[c] += 1
+    # class c at [begin[c], begin[c] + count[c]); node j folds [0, begin[j])
+    begin = np.empty(nodes + 2, dtype=np.int64)
+    begin[nodes + 1] = 0
+    begin[nodes] = 0
+    for c in range(nodes - 1, -1, -1):
+        begin[c] = begin[c + 1] + count[c + 1]
+    fill = begin[: nodes + 1].copy()
+    for i in range(length):
+        c = classes[i]
+        layout[start + fill[c]] = vals[start + i]
+        fill[c] += 1
+    added = np.empty(terms)
+    previous = 0.0
+    for j in range(nodes - 1, -1, -1):
+        lo, hi = begin[j + 1], begin[j]
+        fold_end[block, j] = hi
+        if hi == lo:  # nothing joins: node j + 1's sums (zero at the last node)
             for r in range(terms):
-                power *= ratio
-                carried = sigma[block, j + 1, r] if j + 1 < nodes else 0.0
-                sigma[block, j, r] = power * carried + added[r]
-            previous = top
+                sigma[block, j, r] = sigma[block, j + 1, r] if j + 1 < nodes else 0.0
+            largest[block, j] = previous
+            continue
+        top = previous
+        for k in range(start + lo, start + hi):
+            top = max(top, layout[k])
+        largest[block, j] = top
+        if top <= 0.0:  # only zero masses: nothing to fold
+            for r in range(terms):
+                sigma[block, j, r] = 0.0
+            continue
+        _group_power_sums(layout[start + lo : start + hi], top, added, ratio_work, power_work)
+        ratio = previous / top
+        power = 1.0
+        for r in range(terms):
+            power *= ratio
+            carried = sigma[block, j + 1, r] if j + 1 < nodes else 0.0
+            sigma[block, j, r] = power * carried + added[r]
+        previous = top
 
 
 @numba.njit(cache=True, inline="always")
@@ -842,12 +888,17 @@ def sequential_prefix_minimum(
             q, suffix, starts, ends, scale, FOLD_MIN
         )
         store = int(longest > 1)  # the next level starts from this one's states
-        layout = np.empty(vals.size)
+        layout = scratch("sequential layout", (vals.size,))
         sigma = scratch("sequential power sums", (total, num_nodes, MOST_TERMS))
         fold_end = np.empty((total, num_nodes), dtype=np.int64)
         largest = np.empty((total, num_nodes))
         if total:
-            _segment_power_sums(vals, edges, rows, limits, h, layout, sigma, fold_end, largest)
+            schedule, bounds = _balanced_schedule(edges, numba.get_num_threads())
+            work = scratch("sequential power-sum work", (3, vals.size))
+            _segment_power_sums(
+                vals, edges, rows, limits, h, layout, sigma, fold_end, largest, schedule, bounds,
+                work,
+            )  # fmt: skip
         remaining, stored = _segment_mass(
             vals,
             lam_after,
