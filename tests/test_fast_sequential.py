@@ -250,6 +250,62 @@ def test_bucketed_paths_at_a_hundred_thousand_tokens():
     np.testing.assert_allclose(gap, _poisson_sorted_minimum(p, q, counts), rtol=0, atol=1e-12)
 
 
+def test_long_excluded_runs_are_cut_at_bucket_boundaries():
+    """The first level cuts a run of excluded buckets longer than ``stop / EXCLUDED_PIECES``
+    at bucket boundaries only (prefixes of the ``p/q`` order) into blocks of at least that
+    length, and the candidate runs into refinable pieces."""
+    from otbound.drafts._sequential_bucketed import EXCLUDED_PIECES, _first_cuts
+
+    rng = np.random.default_rng(15)
+    for _ in range(20):
+        buckets = int(rng.integers(1, 80))
+        starts = np.concatenate(([0], np.cumsum(rng.integers(1, 400, buckets))))
+        chosen = rng.random(buckets) < rng.uniform(0.0, 0.4)
+        if not chosen.any():
+            continue
+        last = int(np.flatnonzero(chosen)[-1])
+        stop = int(starts[last + 1])
+        cuts, refinable = _first_cuts(chosen, starts, stop)
+        assert cuts[0] == 0 and cuts[-1] == stop and np.all(np.diff(cuts) > 0)
+        piece = -(-stop // EXCLUDED_PIECES)
+        bucket_of = np.searchsorted(starts, np.arange(stop), side="right") - 1
+        for lo, hi, keep in zip(cuts[:-1], cuts[1:], refinable, strict=True):
+            inside = np.unique(bucket_of[lo:hi])
+            assert np.all(chosen[inside] == keep)  # a segment lies in one kind of run
+            if not keep:
+                assert lo in starts and hi in starts  # excluded blocks end on boundaries
+                run_start = lo == 0 or chosen[bucket_of[lo - 1]]
+                run_end = hi == stop or chosen[bucket_of[hi]]
+                assert hi - lo >= piece or (run_start and run_end)
+                assert hi - lo < 2 * piece + 400  # else a boundary (buckets < 400) was cut
+
+
+def test_a_split_excluded_run_keeps_the_sorted_sweeps_values():
+    """A Zipf row whose first candidate bucket comes after most tokens: its excluded run is
+    cut, and the minimum is the sorted sweep's."""
+    from otbound.drafts import _sequential_bucketed as bucketed
+
+    rng = np.random.default_rng(16)
+    p, q = _zipf_pair(rng, 20_000)
+    seen = []
+    original = bucketed._first_cuts
+
+    def spy(chosen, starts, stop):
+        cuts, refinable = original(chosen, starts, stop)
+        # two excluded blocks in a row: one run cut in pieces
+        seen.append(int(np.count_nonzero(~refinable[1:] & ~refinable[:-1])))
+        return cuts, refinable
+
+    counts = [2, 3, 4, 8]
+    try:
+        bucketed._first_cuts = spy
+        gap = bucketed.bucketed_prefix_minimum(p, q, counts)[0]
+    finally:
+        bucketed._first_cuts = original
+    assert seen and seen[0] >= 1  # the excluded run became several blocks
+    np.testing.assert_allclose(gap, _sorted_minimum(p, q, counts), rtol=0, atol=1e-12)
+
+
 def test_ratio_buckets_keep_the_order_and_the_sums():
     rng = np.random.default_rng(4)
     p, q = _row("ties", rng, 2000)
@@ -291,6 +347,8 @@ from otbound.drafts._sequential_layout import (  # noqa: E402
     PAIRS_CHECK,
     PAIRS_FOUND,
     PAIRS_INTEGRATE,
+    bucket_columns,
+    gathered_prefix_sums,
     largest_masses,
     pairs_minimum,
     prefix_sums,
@@ -319,6 +377,37 @@ def test_prefix_sums_are_numpys_cumulative_sums():
         np.testing.assert_array_equal(suffix[:-1], np.cumsum(q[::-1])[::-1])
         assert suffix[-1] == 0.0
         np.testing.assert_array_equal(positives, np.concatenate(([0], np.cumsum(q > 0))))
+
+
+def test_gathered_prefix_sums_are_the_gathers_and_their_prefix_sums():
+    rng = np.random.default_rng(13)
+    for p, q in _layout_rows(rng):
+        p = p.astype(np.float64)
+        for order in (rng.permutation(q.size), np.arange(q.size), rng.permutation(q.size)[:3]):
+            p_sorted, q_sorted, *sums = gathered_prefix_sums(p, q, order)
+            np.testing.assert_array_equal(p_sorted, p[order])
+            np.testing.assert_array_equal(q_sorted, q[order])
+            for got, want in zip(sums, prefix_sums(p[order], q[order]), strict=True):
+                np.testing.assert_array_equal(got, want)
+
+
+def test_bucket_columns_are_the_boundaries_and_the_sorted_buckets_insides():
+    """Against the numpy marking the bucketed sweep used before: every boundary, and every
+    prefix strictly inside a picked bucket."""
+    rng = np.random.default_rng(14)
+    for buckets in (1, 2, 7, 60):
+        starts = np.concatenate(([0], np.cumsum(rng.integers(1, 9, buckets))))
+        for picked in (
+            np.arange(0),
+            np.arange(buckets),
+            np.flatnonzero(rng.random(buckets) < 0.4),
+        ):
+            inside = np.zeros(starts[-1] + 2, dtype=np.int64)
+            np.add.at(inside, starts[picked], 1)
+            np.add.at(inside, starts[picked + 1], -1)
+            valid = np.cumsum(inside[:-1]) > 0
+            valid[starts] = True
+            np.testing.assert_array_equal(bucket_columns(starts, picked), np.flatnonzero(valid))
 
 
 def _numpy_pairs_minimum(q, suffix, positives, cum_p, columns):
@@ -762,7 +851,7 @@ def test_an_infinite_growth_bound_keeps_the_segment(monkeypatch):
     # the other masses, 2e-18, are summed on their own: K is finite, but large
     assert 4e17 < _growth_bound(q, 3) < 6e17
     monkeypatch.setattr(  # as K was before that, when 1 − m_2 cancelled to 0
-        mass_module, "_growth_bounds", lambda q, counts: [math.inf for _ in counts]
+        mass_module, "_growth_bounds", lambda q, counts, largest=None: [math.inf for _ in counts]
     )
     full = np.concatenate(([0.0], np.cumsum(p))) - sequential_prefix_masses(q, [3])[0]
     gap, index = sequential_prefix_minimum(p, q, [3])

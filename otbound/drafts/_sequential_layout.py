@@ -21,6 +21,8 @@ __all__ = [
     "PAIRS_CHECK",
     "PAIRS_FOUND",
     "PAIRS_INTEGRATE",
+    "bucket_columns",
+    "gathered_prefix_sums",
     "keep_largest",
     "largest_masses",
     "pairs_minimum",
@@ -42,22 +44,67 @@ def prefix_sums(p, q):  # type: ignore[no-untyped-def]  # pragma: no cover - com
     ``cum_p[i] = Σ_{j<i} p_j`` and ``suffix[i] = Σ_{j≥i} q_j`` (summed from the end, as
     ``np.cumsum(q[::-1])[::-1]``), ``positives[i] = #{j < i: q_j > 0}``.
     """
-    size = q.shape[0]
+    _, _, cum_p, suffix, positives = gathered_prefix_sums(p, q, np.arange(q.shape[0]))
+    return cum_p, suffix, positives
+
+
+@numba.njit(cache=True)
+def gathered_prefix_sums(p, q, order):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """``p[order]``, ``q[order]`` and :func:`prefix_sums` of them, in two passes (the gathers
+    inside the sums' own loops).
+
+    Returns
+    -------
+    p_sorted, q_sorted : numpy.ndarray, shape (len(order),)
+    cum_p, suffix, positives : numpy.ndarray, shape (len(order) + 1,)
+        As :func:`prefix_sums` on ``p_sorted``, ``q_sorted`` (the same sums, bit for bit).
+    """
+    size = order.shape[0]
+    p_sorted = np.empty(size)
+    q_sorted = np.empty(size)
     cum_p = np.zeros(size + 1)
     suffix = np.zeros(size + 1)
     positives = np.zeros(size + 1, dtype=np.int64)
     total = 0.0
     for i in range(size - 1, -1, -1):
-        total += q[i]
+        mass = q[order[i]]
+        q_sorted[i] = mass
+        total += mass
         suffix[i] = total
     total = 0.0
     count = 0
     for i in range(size):
-        total += p[i]
+        value = p[order[i]]
+        p_sorted[i] = value
+        total += value
         cum_p[i + 1] = total
-        count += q[i] > 0.0
+        count += q_sorted[i] > 0.0
         positives[i + 1] = count
-    return cum_p, suffix, positives
+    return p_sorted, q_sorted, cum_p, suffix, positives
+
+
+@numba.njit(cache=True)
+def bucket_columns(starts, picked):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """The prefix lengths of a row in bucket order that are prefixes of the ``p/q`` order,
+    ascending: every bucket boundary ``starts[b]`` and every length inside the buckets
+    ``picked`` (ascending; their tokens sorted)."""
+    buckets = starts.shape[0] - 1
+    total = buckets + 1
+    for b in picked:
+        total += max(starts[b + 1] - starts[b] - 1, 0)
+    columns = np.empty(total, dtype=np.int64)
+    at = 0
+    k = 0
+    for b in range(buckets):
+        columns[at] = starts[b]
+        at += 1
+        if k < picked.shape[0] and picked[k] == b:
+            for i in range(starts[b] + 1, starts[b + 1]):
+                columns[at] = i
+                at += 1
+            k += 1
+    columns[at] = starts[buckets]
+    return columns
 
 
 @numba.njit(cache=True, error_model="numpy")  # q / 0 is inf, as in numpy

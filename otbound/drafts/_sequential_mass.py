@@ -199,16 +199,23 @@ def sequential_prefix_mass(q_sorted: np.ndarray, n: int, h: float = LOG_TIME_STE
 
 
 def _prefix_layout(
-    q_sorted: np.ndarray, counts: Sequence[int], p_sorted: np.ndarray | None = None
+    q_sorted: np.ndarray,
+    counts: Sequence[int],
+    p_sorted: np.ndarray | None = None,
+    sums: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``q`` as float64, the wanted and distinct ``n``, the mass outside each prefix
     (``suffix[i] = q(V \\ H_i)``), the number of positive masses in each prefix and the
     prefix sums of ``p_sorted`` (of zeros when it is not given), from one compiled pass
-    (:func:`otbound.drafts._sequential_layout.prefix_sums`, numpy's sums bit for bit)."""
+    (:func:`otbound.drafts._sequential_layout.prefix_sums`, numpy's sums bit for bit), or
+    ``sums = (cum_p, suffix, positives)`` where the caller has them
+    (:func:`~otbound.drafts._sequential_layout.gathered_prefix_sums`)."""
     q = np.ascontiguousarray(q_sorted, dtype=np.float64)
     wanted = np.asarray(list(counts), dtype=np.int64)
-    p = np.zeros_like(q) if p_sorted is None else np.ascontiguousarray(p_sorted, np.float64)
-    cum_p, suffix, positives = prefix_sums(p, q)
+    if sums is None:
+        p = np.zeros_like(q) if p_sorted is None else np.ascontiguousarray(p_sorted, np.float64)
+        sums = prefix_sums(p, q)
+    cum_p, suffix, positives = sums
     return q, wanted, np.unique(wanted), suffix, positives, cum_p
 
 
@@ -677,10 +684,11 @@ def _segment_mass(
     return acc.sum(axis=0), stored
 
 
-def _grid(suffix: np.ndarray, live: np.ndarray, distinct: np.ndarray, h: float):
-    """``(t_lo, num_nodes, scale)`` of the log-time grid for the prefixes ``live``."""
+def _grid(smallest: float, distinct: np.ndarray, h: float):
+    """``(t_lo, num_nodes, scale)`` of the log-time grid for prefixes whose mass outside is
+    at least ``smallest``."""
     t_lo = min(_left_time(int(n), h) for n in distinct)
-    log_t_hi = math.log(RIGHT_TAIL) - math.log(suffix[live].min())
+    log_t_hi = math.log(RIGHT_TAIL) - math.log(smallest)
     num_nodes = math.ceil((log_t_hi - math.log(t_lo)) / h) + 1
     scale = math.ldexp(1.0, max(0, math.ceil((log_t_hi - math.log(LARGEST_TIME)) / _LN2)))
     return t_lo, num_nodes, scale
@@ -709,16 +717,17 @@ def _closed_form_mass(q: np.ndarray, suffix: np.ndarray, n: int) -> np.ndarray:
 RELIABLE_REST = 1e-2
 
 
-def _other_masses(q: np.ndarray, most: int) -> np.ndarray:
+def _other_masses(q: np.ndarray, most: int, largest: np.ndarray | None = None) -> np.ndarray:
     r"""``rest[j]``, the mass of ``q`` outside its ``j`` largest entries, ``j = 0..most``
     (``most <= q.size``), each rounded down by a relative 1e-12 (a lower bound).
 
     ``q.sum() − Σ_{k<j} top_k`` cancels when the largest entries hold nearly all the mass
     (``1 − m_j`` of 1e-18 came out as 2e-16): where the smallest of them is below
     :data:`RELIABLE_REST`, the entries past the ``most`` largest are summed on their own and
-    the largest added back, sums of non-negative terms only.
+    the largest added back, sums of non-negative terms only. ``largest``: the ``most`` (or
+    more) largest entries, descending, where the caller has them.
     """
-    top = largest_masses(q, most)
+    top = largest_masses(q, most) if largest is None else largest[:most]
     rest = q.sum() - np.concatenate(([0.0], np.cumsum(top)))
     if most and rest[most] < RELIABLE_REST:
         largest = np.argpartition(q, q.size - most)[q.size - most :]
@@ -743,10 +752,13 @@ def _growth_bound(q: np.ndarray, n: int) -> float:
     return _growth_bounds(q, [n])[0]
 
 
-def _growth_bounds(q: np.ndarray, counts: Sequence[int]) -> list[float]:
+def _growth_bounds(
+    q: np.ndarray, counts: Sequence[int], largest: np.ndarray | None = None
+) -> list[float]:
     """:func:`_growth_bound` for each ``n`` in ``counts``, from one pass for the largest
-    masses (:func:`otbound.drafts._sequential_layout.largest_masses`)."""
-    rest = _other_masses(q, min(max(counts), q.size))
+    masses (:func:`otbound.drafts._sequential_layout.largest_masses`), or from ``largest``
+    (the ``max(counts)`` or more largest entries of ``q``, descending) where given."""
+    rest = _other_masses(q, min(max(counts), q.size), largest)
     out = []
     for n in counts:
         part = rest[:n]
@@ -763,8 +775,10 @@ def sequential_prefix_minimum(
     *,
     cuts: np.ndarray | None = None,
     refinable: np.ndarray | None = None,
-    valid: np.ndarray | None = None,
+    columns: np.ndarray | None = None,
     stop: int | None = None,
+    sums: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    largest: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     r"""``min_i [p(H_i) − Q_n(H_i)]`` and its first arg-min ``i``, for each ``n`` in ``counts``.
 
@@ -794,14 +808,20 @@ def sequential_prefix_minimum(
         The ``n`` values, each ``>= 1``.
     h : float
         Trapezoid step in log time.
-    cuts, refinable, valid, stop : optional
+    cuts, refinable, columns, stop : optional
         For a row in *bucket order* (:mod:`otbound.drafts._sequential_bucketed`): only some
         prefixes are prefixes of the ``p/q`` order and only some can hold the minimum.
         ``cuts`` (increasing prefix lengths from 0 to ``stop``) are the first level's segment
         ends, ``refinable`` (bool per segment) says which segments may be swept inside (their
-        tokens sorted by ``p/q``), ``valid`` (bool, shape (V + 1,)) marks the prefixes the
+        tokens sorted by ``p/q``), ``columns`` (int, ascending) are the prefix lengths the
         closed forms may take, and ``stop`` is the last prefix any integrated ``n`` needs.
-        Default: every prefix valid, ``stop = V``, segments of equal length, all refinable.
+        Default: every prefix, ``stop = V``, segments of equal length, all refinable.
+    sums : (cum_p, suffix, positives), optional
+        :func:`~otbound.drafts._sequential_layout.prefix_sums` of the row, where the caller
+        has them.
+    largest : numpy.ndarray, optional
+        The ``max(counts)`` (or more) largest masses of the row, descending, where the caller
+        has them.
 
     Returns
     -------
@@ -810,7 +830,7 @@ def sequential_prefix_minimum(
     index : numpy.ndarray of int64, shape (len(counts),)
         The prefix length ``i`` attaining it (0 when ``gap = 0``).
     """
-    q, wanted, distinct, suffix, positives, cum_p = _prefix_layout(q_sorted, counts, p_sorted)
+    q, wanted, distinct, suffix, positives, cum_p = _prefix_layout(q_sorted, counts, p_sorted, sums)
     size = q.shape[0]
     outside = suffix > 0
     gap = np.zeros(distinct.size)
@@ -831,7 +851,7 @@ def sequential_prefix_minimum(
         live = enough & outside[columns]
         return np.where(live, 1.0 - (remaining + left), np.where(enough, 1.0, 0.0))
 
-    columns_valid = np.arange(size + 1) if valid is None else np.flatnonzero(valid)
+    columns_valid = np.arange(size + 1) if columns is None else columns
     p_row = np.ascontiguousarray(p_sorted, dtype=np.float64)
 
     stop = size if stop is None else int(stop)
@@ -853,19 +873,22 @@ def sequential_prefix_minimum(
     integrated = distinct[~closed]
     if integrated.size == 0:
         return gap[np.searchsorted(distinct, wanted)], index[np.searchsorted(distinct, wanted)]
-    live = (positives >= integrated[0]) & outside
-    live[stop + 1 :] = False
-    if not np.any(live):
+    # The live prefixes (at least n positive masses, something outside, at most `stop`) are
+    # one range: `positives` never falls and `suffix` never rises (sums of masses >= 0), so
+    # the least mass outside them is the last one's.
+    first_live = int(np.searchsorted(positives, integrated[0]))
+    last_live = min(stop, int(np.count_nonzero(outside)) - 1)
+    if first_live > last_live:
         for c in np.flatnonzero(~closed):
             n = int(distinct[c])
-            columns = columns_valid[columns_valid <= stop]
-            settle(c, columns, np.where(positives[columns] >= n, 1.0, 0.0))
+            ends = columns_valid[columns_valid <= stop]
+            settle(c, ends, np.where(positives[ends] >= n, 1.0, 0.0))
         return gap[np.searchsorted(distinct, wanted)], index[np.searchsorted(distinct, wanted)]
-    t_lo, num_nodes, scale = _grid(suffix, live, integrated, h)
+    t_lo, num_nodes, scale = _grid(float(suffix[last_live]), integrated, h)
     top = int(integrated[-1])
     slots = np.flatnonzero(~closed)  # where each integrated n sits in ``distinct``
     known = np.zeros((integrated.size, size + 1))  # Q at the prefixes evaluated so far
-    growth = np.asarray(_growth_bounds(q, [int(n) for n in integrated]), dtype=np.float64)
+    growth = np.asarray(_growth_bounds(q, [int(n) for n in integrated], largest), dtype=np.float64)
     beta = _series_table(top, MOST_TERMS)
     limits = _fold_limits(t_lo / scale, h, num_nodes)  # masses each node folds
     if cuts is None:
