@@ -30,6 +30,7 @@ __all__ = [
     "bucket_argsort",
     "insertion_sort",
     "ratio_argsort",
+    "sort_positions",
     "stable_argsort",
 ]
 
@@ -113,6 +114,17 @@ def _sort_bucket(order, bits, start, stop, block, starts, pending):  # type: ign
                 pending[waiting, 0], pending[waiting, 1] = first, end
                 waiting += 1
             first = end
+
+
+@numba.njit(cache=True)
+def sort_positions(order, bits, size, block, counts, pending):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """Sort ``order[:size]`` in place by ``bits[order[i]]``, stably: insertion for a few
+    entries, else :func:`_sort_bucket` (``block``, ``counts`` and ``pending`` its scratch, of
+    at least ``size``, ``size + 1`` and ``(size, 2)``)."""
+    if size > INSERTION_LIMIT:
+        _sort_bucket(order, bits, 0, size, block, counts, pending)
+    elif size > 1:
+        insertion_sort(order, bits, 0, size)
 
 
 @numba.njit(cache=True)

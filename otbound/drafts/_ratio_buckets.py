@@ -33,7 +33,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from otbound._sorting import bucket_argsort
+from otbound._sorting import sort_positions
 from otbound.drafts._sequential_layout import keep_largest
 
 __all__ = [
@@ -227,24 +227,34 @@ def product_lower_bound(cum_q: np.ndarray, tops: np.ndarray, n: int) -> np.ndarr
 @numba.njit(cache=True)
 def sort_chosen_buckets(order, ratio, starts, chosen):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """:func:`sort_buckets` without its check of ``chosen`` (strictly increasing), callable
-    from compiled code."""
-    total = 0
+    from compiled code.
+
+    Each bucket on its own (its tokens, their keys and the sort's work arrays stay in the
+    cache): the keys are the ratios' IEEE-754 bits (a ratio is ``≥ 0``, ``-0.0`` made
+    ``+0.0``, so the bits order as the values do), sorted stably by
+    :func:`~otbound._sorting.sort_positions` as :func:`~otbound._sorting.bucket_argsort`
+    sorts its buckets. Ties keep their order in ``order``, so the result is the stable sort
+    of all the chosen tokens together (one sort of them all before: its scatter over every
+    chosen token missed the cache, 15 % slower at V = 151,936)."""
+    largest = 0
     for b in chosen:
-        total += starts[b + 1] - starts[b]
-    keys = np.empty(total)
-    tokens = np.empty(total, dtype=np.int64)
-    at = 0
+        largest = max(largest, starts[b + 1] - starts[b])
+    tokens = np.empty(largest, dtype=np.int64)
+    values = np.empty(largest)
+    keys = values.view(np.uint64)  # the bits of `values`
+    rank = np.empty(largest, dtype=np.int64)
+    block = np.empty(largest, dtype=np.int64)
+    counts = np.empty(largest + 1, dtype=np.int64)
+    pending = np.empty((largest, 2), dtype=np.int64)
     for b in chosen:
-        for k in range(starts[b], starts[b + 1]):
-            tokens[at] = order[k]
-            keys[at] = ratio[order[k]]
-            at += 1
-    rank = bucket_argsort(keys)  # stable; the buckets' ratios do not overlap
-    at = 0
-    for b in chosen:
-        for k in range(starts[b], starts[b + 1]):
-            order[k] = tokens[rank[at]]
-            at += 1
+        lo, size = starts[b], starts[b + 1] - starts[b]
+        for k in range(size):
+            tokens[k] = order[lo + k]
+            values[k] = ratio[tokens[k]] + 0.0  # + 0.0 turns -0.0 into 0.0
+            rank[k] = k
+        sort_positions(rank, keys, size, block, counts, pending)
+        for k in range(size):
+            order[lo + k] = tokens[rank[k]]
 
 
 def sort_buckets(
