@@ -722,6 +722,10 @@ def test_level_layout_is_the_numpy_layout():
         for a, b in zip(got[:5], want, strict=True):
             np.testing.assert_array_equal(a, b)
         assert got[5] == (lengths.max() if lengths.size else 0)
+        bare = level_layout(q, suffix, starts, ends, scale, 16, False)  # the caller's views
+        assert bare[1].size == bare[2].size == 0
+        for a, b in zip((bare[0], *bare[3:]), (got[0], *got[3:]), strict=True):
+            np.testing.assert_array_equal(a, b)
 
 
 def test_the_left_weight_stops_where_its_terms_no_longer_change_the_sum():

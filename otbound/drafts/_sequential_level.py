@@ -30,8 +30,10 @@ LEVEL_CHECK = 1
 
 
 @numba.njit(cache=True)
-def level_layout(q, suffix, starts, ends, scale, fold_min):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
-    """The level's tokens, segment after segment.
+def level_layout(q, suffix, starts, ends, scale, fold_min, tokens=True):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """The level's tokens, segment after segment (``tokens=False``: ``vals`` and ``lam_after``
+    left empty, for a caller that takes them as views: segments that follow each other,
+    ``scale`` 1).
 
     Returns
     -------
@@ -54,13 +56,13 @@ def level_layout(q, suffix, starts, ends, scale, fold_min):  # type: ignore[no-u
         length = ends[s] - starts[s]
         edges[s + 1] = edges[s] + length
         longest = max(longest, length)
-    tokens = edges[segments]
-    vals = np.empty(tokens)
-    lam_after = np.empty(tokens)
+    laid = edges[segments] if tokens else 0
+    vals = np.empty(laid)
+    lam_after = np.empty(laid)
     rows = np.zeros(segments, dtype=np.int64)
     total = 0
     for s in range(segments):
-        for k in range(ends[s] - starts[s]):
+        for k in range(ends[s] - starts[s] if tokens else 0):
             i = starts[s] + k
             vals[edges[s] + k] = q[i] * scale
             lam_after[edges[s] + k] = suffix[i + 1] * scale

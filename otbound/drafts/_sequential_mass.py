@@ -906,10 +906,14 @@ def sequential_prefix_minimum(
     states = np.zeros((num_nodes, 1, top))
     states[:, 0, 0] = 1.0
     while starts.size:
-        # the level's tokens, segment after segment
+        # the level's tokens, segment after segment: on the first level (segments that
+        # follow each other from 0) and unscaled, views of the row's own arrays
+        whole = bool(scale == 1.0 and starts[0] == 0 and np.array_equal(starts[1:], ends[:-1]))
         edges, vals, lam_after, rows, total, longest = level_layout(
-            q, suffix, starts, ends, scale, FOLD_MIN
+            q, suffix, starts, ends, scale, FOLD_MIN, not whole
         )
+        if whole:
+            vals, lam_after = q[: ends[-1]], suffix[1 : ends[-1] + 1]
         store = int(longest > 1)  # the next level starts from this one's states
         layout = scratch("sequential layout", (vals.size,))
         sigma = scratch("sequential power sums", (total, num_nodes, MOST_TERMS))
