@@ -59,7 +59,7 @@ independent coin of probability ``f(t_{k+1})/f(t_k)``: an unbiased estimate of `
 is at most the 0/1 estimator's (total variance), and in practice far below it (it varies only
 through the drafted masses ``R_k``). The sort of ``p / q`` is shared with ``gls`` and kept
 across calls (:func:`otbound.verifiers._step_cache.ratio_order`); the binary searches run in
-two levels, the first level's kernel CDF tabled once for every path
+two levels, the first level's kernel CDF tabled once a step for every path and every ``n``
 (:func:`_rejection_paths_fast`, equal to the one-level :func:`_rejection_paths`).
 """
 
@@ -77,6 +77,10 @@ __all__ = ["MAX_TUPLES", "RecursiveRejectionWithoutReplacement"]
 #: Largest number of rejected prefixes, ``V^{n−1}``, for which the exact acceptance is
 #: enumerated at ``n ≥ 3`` (``V`` counts the tokens with ``q > 0``).
 MAX_TUPLES = 200_000
+
+
+#: What :func:`_rejection_paths_fast` takes of a step: ``(tables, total_q, ends, first_cdf)``.
+_PathTables = tuple[tuple[np.ndarray, ...], float, tuple[np.ndarray, ...], np.ndarray]
 
 
 class _Ratios:
@@ -105,6 +109,23 @@ class _Ratios:
         self.rho, self.cum_p, self.cum_q, self.tail_p, self.tail_q, self.q_sorted = _ratio_sums(
             p, q, self.order, off
         )
+        self._paths: _PathTables | None = None
+
+    def path_tables(self) -> _PathTables:
+        """The step's arguments of :func:`_rejection_paths_fast` after ``n`` and ``u``:
+        ``(tables, total_q, ends, first_cdf)`` (:func:`_search_ends`, :func:`_first_level_cdf`).
+
+        They depend on the step only, so they are built on the first call and kept: the pilot
+        and the final sample of every ``n`` of a step share them (the first level's CDF, an
+        ``O(m)`` pass, took as long as a pilot's 64 paths at ``n = 3`` when every call of
+        :func:`_rejection_paths_fast` built it: 0.1 ms a step on ``data/sample``).
+        """
+        if self._paths is None:
+            tables = (self.rho, self.cum_p, self.cum_q, self.tail_p, self.tail_q, self.q_sorted)
+            total_q = float(self.tail_q[0])
+            ends = _search_ends(self)
+            self._paths = (tables, total_q, ends, _first_level_cdf(tables, total_q, ends[0]))
+        return self._paths
 
     def f(self, t: np.ndarray) -> np.ndarray:
         """``f(t) = Σ_y (p_y − t q_y)⁺`` (vectorised; never negative)."""
@@ -322,7 +343,31 @@ def _count_le_blocked(rho, rho_ends, t):  # type: ignore[no-untyped-def]  # prag
 
 
 @numba.njit(cache=True)
-def _rejection_paths_fast(n, u, tables, total_q, ends):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+def _first_level_cdf(tables, total_q, rho_ends):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """The kernel CDF of a rejection path's first level at each of the ``m`` positions.
+
+    Every path's first level has ``t_1 = 0``, ``t_2 = f(0) / (1 − R_1)`` with ``R_1 = 0``
+    and nothing drafted, so its CDF ``Σ_{j ≤ i} g_j(t_2) − g_j(0)`` is one array of the step:
+    :func:`_kernel_cdf`'s value at each position. Empty where ``total_q < 1e-6`` (the first
+    level then sums the undrafted masses, :func:`_undrafted_mass`, and is not tabled).
+    """
+    rho, cum_p, cum_q, tail_p, tail_q, _ = tables
+    m = rho.shape[0]
+    removed_pos = np.empty(1, dtype=np.int64)  # nothing drafted: never read (count 0)
+    removed_q = np.empty(1)
+    first_t = _f_at(0.0, rho, tail_p, tail_q) / total_q
+    first_a0 = _count_le_blocked(rho, rho_ends, 0.0)
+    first_a1 = _count_le_blocked(rho, rho_ends, first_t)
+    first_cdf = np.empty(m if total_q >= 1e-6 else 0)
+    for i in range(first_cdf.shape[0]):
+        first_cdf[i] = _kernel_cdf(
+            i, 0.0, first_t, first_a0, first_a1, rho, cum_p, cum_q, removed_pos, removed_q, 0
+        )
+    return first_cdf
+
+
+@numba.njit(cache=True)
+def _rejection_paths_fast(n, u, tables, total_q, ends, first_cdf):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """:func:`_rejection_paths`, with its searches in two levels.
 
     ``tables``: ``(rho, cum_p, cum_q, tail_p, tail_q, q_sorted)``; ``ends``: the top levels
@@ -333,8 +378,9 @@ def _rejection_paths_fast(n, u, tables, total_q, ends):  # type: ignore[no-untyp
     target, then the position inside it: for a non-decreasing CDF the position of the
     one-level bisection (the two could differ only where rounding makes the CDF step down
     at a drafted token). The search of ``ρ ≤ t`` is shared by ``f(t)`` and the kernel, and
-    carried from one level to the next; the first level, the same for every path, evaluates
-    its kernel CDF once.
+    carried from one level to the next. ``first_cdf``: the first level's kernel CDF, the same
+    for every path and every ``n`` (:func:`_first_level_cdf`, built once a step by
+    :meth:`_Ratios.path_tables`); where it is empty the first level is searched as the others.
     """
     rho, cum_p, cum_q, tail_p, tail_q, q_sorted = tables
     rho_ends, cq_ends, cp_ends = ends
@@ -346,16 +392,6 @@ def _rejection_paths_fast(n, u, tables, total_q, ends):  # type: ignore[no-untyp
     out = np.empty(trials)
     removed_pos = np.empty(max(n - 1, 1), dtype=np.int64)
     removed_q = np.empty(max(n - 1, 1))
-    # Every path's first level has t = 0 and nothing drafted: its kernel CDF is one array,
-    # evaluated once (the same values _kernel_cdf gives at each position).
-    first_t = _f_at(0.0, rho, tail_p, tail_q) / total_q
-    first_a0 = _count_le_blocked(rho, rho_ends, 0.0)
-    first_a1 = _count_le_blocked(rho, rho_ends, first_t)
-    first_cdf = np.empty(m if n > 1 and total_q >= 1e-6 else 0)
-    for i in range(first_cdf.shape[0]):
-        first_cdf[i] = _kernel_cdf(
-            i, 0.0, first_t, first_a0, first_a1, rho, cum_p, cum_q, removed_pos, removed_q, 0
-        )
     for trial in range(trials):
         t = 0.0
         a_t = _count_le_blocked(rho, rho_ends, 0.0)  # sorted tokens with ρ ≤ t
@@ -689,13 +725,13 @@ class RecursiveRejectionWithoutReplacement(BaseVerifier):
         self, p: np.ndarray, q: np.ndarray, n: int, trials: int, rng: np.random.Generator
     ) -> np.ndarray:
         """``1 − f(t_{n+1})`` on ``trials`` rejection paths (module docstring): unbiased, the
-        conditional expectation of a 0/1 acceptance event given the path. The ratio table
-        depends on the step only, so it is built once for the pilot and the final sample of
-        :meth:`estimate` and for every ``n`` of a step (:meth:`_memo`)."""
+        conditional expectation of a 0/1 acceptance event given the path. The ratio table and
+        the searches' tables (:meth:`_Ratios.path_tables`) depend on the step only, so they are
+        built once for the pilot and the final sample of :meth:`estimate` and for every ``n``
+        of a step (:meth:`_memo`)."""
         tab = self._memo("ratios", p, q, 0, lambda: _Ratios(p, q))
         u = rng.random((trials, max(n - 1, 1)))
-        tables = (tab.rho, tab.cum_p, tab.cum_q, tab.tail_p, tab.tail_q, tab.q_sorted)
-        rejected = _rejection_paths_fast(n, u, tables, float(tab.tail_q[0]), _search_ends(tab))
+        rejected = _rejection_paths_fast(n, u, *tab.path_tables())
         out: np.ndarray = 1.0 - rejected
         return out
 
