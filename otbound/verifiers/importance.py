@@ -121,7 +121,18 @@ def _chain_hints(p: np.ndarray, q: np.ndarray, top: int) -> list[np.ndarray]:
     Only sort hints: :func:`_ranking` returns the stable argsort whatever its hint, so an
     entry of another step (the cheap key's collision) could cost time, never change a stage.
     """
-    key = (*step_key(p, q), top)
+    return _hints_at(_hint_key(p, q, top))
+
+
+def _hint_key(p: np.ndarray, q: np.ndarray, top: int) -> tuple[object, ...]:
+    """The key of :func:`_chain_hints`: :func:`~otbound.verifiers._step_cache.step_key` (a
+    CRC-32 of the rows) and ``top``."""
+    return (*step_key(p, q), top)
+
+
+def _hints_at(key: tuple[object, ...]) -> list[np.ndarray]:
+    """:func:`_chain_hints` from its key (:func:`_hint_key`), computed once by a step's
+    :class:`_StageChain` rather than on every growth of its chain."""
     orders: list[np.ndarray] | None = _chain_orders.get(key)
     if orders is None:
         orders = []
@@ -284,6 +295,64 @@ class _ConditionalPlan:
     cdfs: list[tuple[np.ndarray, np.ndarray, int]]
 
 
+def _draft_cdf(d: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`~otbound.drafts.inverse_cdf`'s table of a draft distribution ``d``: its CDF, the
+    CDF's guide table and the last token of positive mass
+    (:func:`~otbound.verifiers._importance_kernels.cdf_table`)."""
+    from otbound.verifiers._importance_kernels import cdf_table
+
+    cdf, guide, last = cdf_table(d)
+    if last < 0:
+        raise ValueError("a draft distribution has no positive mass")
+    return cdf, guide, int(last)
+
+
+class _StageChain:
+    """What every ``n`` of one step with i.i.d. slots shares (:meth:`ImportanceSampling._chain`):
+    the chain of stages (stage ``k`` of ``n`` is stage ``k`` of any larger ``n``), the key of
+    its kept rankings, the draft CDF and the stages' rankings as rows.
+
+    Attributes
+    ----------
+    stages : list of SelectionStage
+        The stages solved so far (grown on demand, :meth:`ImportanceSampling._grow`).
+    hint_key : tuple or None
+        :func:`_hint_key` of the step, hashed on the chain's first growth only (a CRC-32 of
+        the rows on every growth cost 0.1 ms a step of the main job, whose chain grows for
+        ``n = 2``, 3, 4 and 8 in turn).
+    """
+
+    def __init__(self) -> None:
+        self.stages: list[SelectionStage] = []
+        self.hint_key: tuple[object, ...] | None = None
+        self._cdf: tuple[np.ndarray, np.ndarray, int] | None = None
+        self._ranks = np.zeros((0, 0), dtype=np.int64)
+        self._filled = 0
+
+    def cdf(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """:func:`_draft_cdf` of ``q``, built on the first call: the one draft distribution
+        of every ``n`` (the plan of each ``n`` built it anew)."""
+        if self._cdf is None:
+            self._cdf = _draft_cdf(q)
+        return self._cdf
+
+    def ranks(self, count: int) -> np.ndarray:
+        """The rankings of the first ``count`` stages as rows, int64 (count, V): a view of
+        rows kept and extended as the chain grows (the ``np.stack`` of each ``n``'s plan
+        copied every ranking again)."""
+        if count > self._ranks.shape[0]:  # at least double: n = 3, 4, 8 reallocate twice
+            rows = max(count, 2 * self._ranks.shape[0])
+            grown = np.empty((rows, self.stages[0].rank.size), dtype=np.int64)
+            if self._filled:
+                grown[: self._filled] = self._ranks[: self._filled]
+            self._ranks = grown
+        for k in range(self._filled, count):
+            self._ranks[k] = self.stages[k].rank
+        self._filled = max(self._filled, count)
+        view: np.ndarray = self._ranks[:count]
+        return view
+
+
 class ImportanceSampling(BaseVerifier):
     """Khisti et al.'s importance-sampling verifier (top-``s`` LP, pairwise folding).
 
@@ -324,10 +393,19 @@ class ImportanceSampling(BaseVerifier):
         """
         if q.ndim == 2:  # per_slot: q itself changes with n
             return self._memo("stages", p, q, n, lambda: self._grow(p, self._slots(q, n), []))
-        chain: list[SelectionStage] = self._memo("stage_chain", p, q, 0, list)
-        if len(chain) < n - 1:
-            self._grow(p, self._slots(q, n), chain, _chain_hints(p, q, self.top))
-        return chain[: n - 1]
+        return self._chain(p, q, n).stages[: n - 1]
+
+    def _chain(self, p: np.ndarray, q: np.ndarray, n: int) -> _StageChain:
+        """The step's :class:`_StageChain` (i.i.d. slots), cached per ``(p, q)`` and grown to
+        at least ``n − 1`` stages, their sorts hinted by the kept rankings
+        (:func:`_chain_hints`, keyed once a chain)."""
+        chain: _StageChain = self._memo("stage_chain", p, q, 0, _StageChain)
+        if len(chain.stages) < n - 1:
+            if chain.hint_key is None:
+                chain.hint_key = _hint_key(p, q, self.top)
+            orders = _hints_at(chain.hint_key)
+            self._grow(p, self._slots(q, n), chain.stages, orders)
+        return chain
 
     def _grow(
         self,
@@ -393,13 +471,14 @@ class ImportanceSampling(BaseVerifier):
 
     def _acceptances(self, step: Step, ns: Sequence[int]) -> dict[int, float | None]:
         """Every ``n`` of a step with i.i.d. slots from one chain of stages (stage ``k`` of
-        ``n`` is stage ``k`` of any larger ``n``), built here without the caches keyed on the
-        step's bytes; each value is the one :meth:`_acceptance` gives."""
+        ``n`` is stage ``k`` of any larger ``n``): the step's cached chain
+        (:meth:`_chain`), which the estimates of its other ``n`` then extend rather than
+        solve its first stages again; each value is the one :meth:`_acceptance` gives."""
         p, q = step.p, step.q
         usable = [n for n in ns if self._enumerable(q, n)]
         if q.ndim == 2 or not usable:
             return super()._acceptances(step, ns)
-        chain = self._grow(p, self._slots(q, max(usable)), [])
+        chain = self._chain(p, q, max(usable)).stages
         return {n: self._exact(p, q, n, chain[: n - 1]) if n in usable else None for n in ns}
 
     def _enumerable(self, q: np.ndarray, n: int) -> bool:
@@ -471,25 +550,25 @@ class ImportanceSampling(BaseVerifier):
 
     def _conditional_plan(self, p: np.ndarray, q: np.ndarray, n: int) -> _ConditionalPlan:
         """What :meth:`_conditional` needs of a step beyond its uniforms (built once for the
-        pilot and the final sample of :meth:`estimate`)."""
-        from otbound.verifiers._importance_kernels import accept_rest, cdf_table
+        pilot and the final sample of :meth:`estimate`). With i.i.d. slots the draft CDF and
+        the rankings' rows come from the step's :class:`_StageChain`, shared by every ``n``."""
+        from otbound.verifiers._importance_kernels import accept_rest
 
-        stages = self.stages(p, q, n)
+        if q.ndim == 2:
+            stages = self.stages(p, q, n)
+            cdfs = [_draft_cdf(d) for d in self._slots(q, n)]  # sample_tokens's inversion
+            ranks = np.stack([stage.rank for stage in stages]) if stages else np.zeros((0, p.size))
+        else:
+            chain = self._chain(p, q, n)
+            stages = chain.stages[: n - 1]
+            cdfs = [chain.cdf(q)]
+            ranks = chain.ranks(n - 1) if stages else np.zeros((0, p.size))
         induced = self._induced(q, n, stages)
         accept, rest, selected = accept_rest(p, induced)  # min(1, p / p_I), res(p, p_I), α_sel
-        slots = self._slots(q, n) if q.ndim == 2 else [q]
-        # sample_tokens's inversion: the CDF, its guide table, the last token of positive mass
-        cdfs = []
-        for d in slots:
-            cdf, guide, last = cdf_table(d)
-            if last < 0:
-                raise ValueError("a draft distribution has no positive mass")
-            cdfs.append((cdf, guide, int(last)))
         size = max((stage.top for stage in stages), default=1)
         keep_tops = np.zeros((len(stages), size, size))
         for k, stage in enumerate(stages):
             keep_tops[k, : stage.top, : stage.top] = stage.keep_top
-        ranks = np.stack([stage.rank for stage in stages]) if stages else np.zeros((0, p.size))
         return _ConditionalPlan(
             ranks=ranks.astype(np.int64, copy=False),
             tops=np.array([stage.top for stage in stages], dtype=np.int64),
