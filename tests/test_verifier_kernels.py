@@ -254,3 +254,24 @@ def test_kseq_rejection_mass_is_numpys_sum_bit_for_bit():
             rho = kseq_module.kseq_rho(p, q, n)
             want = float(np.maximum(q - p / rho, 0.0).sum())
             assert float(kseq_module._rejection_mass(p, q, rho)) == want, (kind, n)
+
+
+# -- estimates ------------------------------------------------------------------------------
+
+
+def test_finite_mean_stderr_is_mean_and_stderr_bit_for_bit():
+    """The compiled pass of ``_estimate_sample``: numpy's mean and ``std(ddof=1) / √m``."""
+    from otbound.verifiers._estimate_kernels import finite_mean_stderr
+    from otbound.verifiers.base import mean_and_stderr
+
+    rng = np.random.default_rng(31)
+    for m in (1, 2, 7, 8, 64, 127, 128, 129, 300, 1_000, 4_097):
+        for scale in (1e-6, 0.01, 1.0):
+            values = rng.random(m) * scale + rng.random()
+            finite, mean, se = finite_mean_stderr(values)
+            want = mean_and_stderr(values)
+            assert finite, m
+            assert np.float64(mean).tobytes() == np.float64(want[0]).tobytes(), m
+            assert np.float64(se).tobytes() == np.float64(want[1]).tobytes(), m
+    for bad in (np.nan, np.inf, -np.inf):
+        assert not finite_mean_stderr(np.array([0.5, bad, 0.25]))[0]

@@ -644,16 +644,25 @@ class BaseVerifier(ABC):
     def _estimate_sample(
         self, step: Step, n: int, trials: int, rng: np.random.Generator
     ) -> Estimate:
-        """Mean and standard error of ``trials`` Rao-Blackwellised values, or 0/1 events."""
+        """Mean and standard error of ``trials`` Rao-Blackwellised values, or 0/1 events.
+
+        The mean and standard error are :func:`mean_and_stderr`'s, bit for bit, from one
+        compiled pass that also checks the values are finite
+        (:func:`~otbound.verifiers._estimate_kernels.finite_mean_stderr`).
+        """
         values = self._conditional(step.p, step.q, n, trials, rng)
         if values is not None:
-            values = np.asarray(values, dtype=np.float64)
-            if values.shape != (trials,) or not np.all(np.isfinite(values)):
+            from otbound.verifiers._estimate_kernels import finite_mean_stderr  # numba
+
+            values = np.ascontiguousarray(values, dtype=np.float64)
+            finite = values.shape == (trials,)
+            if finite:
+                finite, mean, se = finite_mean_stderr(values)
+            if not finite:
                 raise ValueError(
                     f"verifier {self.name!r}: its Rao-Blackwellised values must be {trials} "
                     f"finite numbers (a bug in _conditional)"
                 )
-            mean, se = mean_and_stderr(values)
             what = f"Rao-Blackwellised acceptance of verifier {self.name!r} (n={n})"
             mean = float(clip_rounding(mean, 0.0, 1.0, what))
             return Estimate(acceptance=mean, stderr=se, trials=trials, method="rao_blackwell")
