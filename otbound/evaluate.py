@@ -625,10 +625,11 @@ def compare(
         (default, :func:`otbound.optimal_acceptance`), which serves every ``n`` of a
         ``without_replacement`` or ``conditional_poisson`` design from one sort.
     target_se : float, optional
-        Size each Monte Carlo row for this standard error (two-stage: a pilot of
-        ``min(trials, m_0)`` trials estimates the per-trial deviation, then a fresh sample of
-        ``clip(⌈1.25 s² / target_se²⌉, m_0, trials)`` trials gives the row; ``m_0`` is 256
-        for Rao-Blackwellised values and 1,000 for 0/1 events;
+        Size each Monte Carlo row for this standard error (two-stage: a pilot estimates the
+        per-trial deviation, then a fresh sample of ``clip(⌈1.25 s² / target_se²⌉, m_0,
+        trials)`` trials gives the row; ``m_0`` is 256 for Rao-Blackwellised values, whose
+        pilot has 64 trials (256 where it does not show the row clearly narrow), and 1,000
+        for 0/1 events, whose pilot has as many;
         :meth:`otbound.verifiers.BaseVerifier.estimate`); default: exactly ``trials`` trials.
     acceptance : BatchAcceptance, optional
         Exact acceptance for whole batches of steps

@@ -19,7 +19,7 @@ from scipy.optimize import brentq
 from otbound import optimal_acceptance
 from otbound.drafts import get_design
 from otbound.verifiers import VERIFIERS, get_verifier
-from otbound.verifiers.base import MIN_RB_TRIALS, BaseVerifier
+from otbound.verifiers.base import MIN_RB_TRIALS, MIN_TRIALS, RB_PILOT, WIDE_PILOT, BaseVerifier
 
 # -- random cases ----------------------------------------------------------------------------
 
@@ -911,6 +911,37 @@ def test_rao_blackwell_estimates_are_unbiased_with_a_smaller_standard_error(name
                 assert se < binary, (kind, n, se, binary)
                 ratios.append(se / binary)
     assert len(ratios) >= 20 and np.median(ratios) < 0.5
+
+
+def test_the_pilots_of_a_rao_blackwellised_estimate(monkeypatch):
+    """A small pilot; a second, larger one only where the first does not show the row clearly
+    narrow (or where the verifier fell back to 0/1 events); then the final sample."""
+    v = get_verifier("rrs_without_replacement")
+    rng = np.random.default_rng(5)
+    p, q = rng.dirichlet(np.full(400, 0.3)), rng.dirichlet(np.full(400, 0.3))
+    sizes: list[int] = []
+    original = BaseVerifier._estimate_sample
+
+    def spy(self, step, n, trials, generator):
+        sizes.append(trials)
+        return original(self, step, n, trials, generator)
+
+    monkeypatch.setattr(BaseVerifier, "_estimate_sample", spy)
+    v.estimate(p, q, 4, trials=50_000, seed=1, target_se=0.5)  # clearly narrow
+    assert sizes == [RB_PILOT, MIN_RB_TRIALS]
+    sizes.clear()
+    tight = v.estimate(p, q, 4, trials=50_000, seed=1, target_se=2e-5)  # wide for this target
+    assert sizes == [RB_PILOT, WIDE_PILOT * RB_PILOT, tight.trials]
+    assert tight.trials > WIDE_PILOT * RB_PILOT
+    sizes.clear()
+    v.estimate(p, q, 4, trials=40, seed=1, target_se=1e-4)  # the cap binds every sample
+    assert sizes == [40, 40]
+    sizes.clear()
+    monkeypatch.setattr(type(v), "_conditional", lambda *args: None)  # 0/1 events after all
+    assert v._rao_blackwellised()
+    events = v.estimate(p, q, 4, trials=50_000, seed=1, target_se=0.05)
+    assert events.method == "monte_carlo"
+    assert sizes == [RB_PILOT, MIN_TRIALS, events.trials] and events.trials >= MIN_TRIALS
 
 
 def test_estimate_is_exact_where_acceptance_is_and_sized_by_the_target():

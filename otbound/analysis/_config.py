@@ -74,9 +74,10 @@ class AnalysisConfig:
         that ``(n, V)`` (``rrs_without_replacement`` and ``importance`` at ``n ≥ 3`` on large
         vocabularies: Rao-Blackwellised estimates); 0 skips such rows.
     mc_target_se : float, default 0.005
-        Per-step standard error each such row is sized for (two-stage: a pilot of ``m_0``
-        trials, then a fresh sample of ``clip(⌈1.25 s² / mc_target_se²⌉, m_0, mc_trials)``,
-        ``m_0`` = 256 for the Rao-Blackwellised estimates and 1,000 for 0/1 events;
+        Per-step standard error each such row is sized for (two-stage: a pilot, then a fresh
+        sample of ``clip(⌈1.25 s² / mc_target_se²⌉, m_0, mc_trials)``, ``m_0`` = 256 for the
+        Rao-Blackwellised estimates, whose pilot has 64 trials or, for a row it does not show
+        clearly narrow, 256 more, and 1,000 for 0/1 events, whose pilot has as many;
         :meth:`otbound.verifiers.BaseVerifier.estimate`); it is aimed below the target (a
         pilot that misses a rare large value can leave a row slightly above it), unless
         ``mc_trials`` caps it. The rows' ``stderr`` column reports each row's own.

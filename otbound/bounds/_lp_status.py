@@ -1,6 +1,7 @@
 """The tolerance and the error of otbound's linear programs, without HiGHS: what a caller that
 checks an LP-like optimum (importance sampling's stage flows) needs, importable without
-``highspy`` and ``scipy.sparse`` (:mod:`otbound.bounds._highs` re-exports both)."""
+``highspy`` and ``scipy.sparse`` (:mod:`otbound.bounds._highs` solves with them;
+:mod:`otbound.bounds` exports both)."""
 
 from __future__ import annotations
 

@@ -14,11 +14,12 @@ any integral:
 
 Buckets whose bound exceeds ``U`` by more than ``MARGIN`` (far above the rounding of the
 sums) are never looked inside; only the others are sorted by ratio. The exact integral then
-runs over segments in bucket order: runs of excluded buckets as single blocks (``Q`` depends
-on the set only), the candidate runs cut as usual, and nothing past the last candidate (the
-grid's right end follows the smallest ``λ`` still needed). The values are those of the
-sorted sweep (the same prefixes' ``Q``, integrated with the same error bound, below 1e-12);
-the arg-min prefix may differ only between prefixes of equal value (ties in ``p/q``).
+runs over segments in bucket order: runs of excluded buckets as blocks cut only at bucket
+boundaries (``Q`` depends on the set only), the candidate runs cut as usual, and nothing
+past the last candidate (the grid's right end follows the smallest ``λ`` still needed). The
+values are those of the sorted sweep (the same prefixes' ``Q``, integrated with the same error
+bound, below 1e-12); the arg-min prefix may differ only between prefixes of equal value (ties
+in ``p/q``).
 """
 
 from __future__ import annotations
@@ -74,33 +75,30 @@ def bucketed_candidates(
 
 
 def _first_cuts(chosen: np.ndarray, starts: np.ndarray, stop: int) -> tuple[np.ndarray, np.ndarray]:
-    """First-level segments in bucket order up to ``stop``: each run of candidate buckets cut
-    into pieces of a power of ``REFINE`` tokens (refinable), each run of excluded buckets into
-    blocks of at least that many tokens cut at bucket boundaries only (not refinable). Returns
-    the cut points and the refinable flags.
+    """First-level segments in bucket order up to ``stop``, the end of the last candidate
+    run: each run of candidate buckets cut into pieces of a power of ``REFINE`` tokens
+    (refinable), each run of excluded buckets into blocks cut at bucket boundaries only (not
+    refinable). Returns the cut points and the refinable flags.
 
     An excluded run is one block as far as ``Q`` goes (its end is a prefix of the ``p/q``
     order, its inside unsorted), but one block of 90,000 tokens (a Zipf row at V = 151,936)
     leaves the power sums of :func:`~otbound.drafts._sequential_mass._segment_power_sums`, a
-    loop over segments shared among the threads, to one thread: a run longer than
-    ``stop / EXCLUDED_PIECES`` is cut at bucket boundaries (prefixes of the ``p/q`` order, so
-    their values are valid candidates) into blocks of at least that length. Not shorter: each
-    block costs a fold at every node.
+    loop over segments shared among the threads, to one thread. So a run is cut at the bucket
+    boundaries (prefixes of the ``p/q`` order, so their values are valid candidates) that
+    leave blocks of at least ``piece = max(length, ⌈stop / EXCLUDED_PIECES⌉)`` tokens on both
+    sides; a shorter run stays one block. Not finer: each block costs a fold at every node.
     """
     runs: list[tuple[int, int, bool, int, int]] = []  # tokens [lo, hi), refinable, buckets [a, b)
     flags = np.concatenate(([False], chosen, [False]))
     change = np.flatnonzero(flags[1:] != flags[:-1])  # candidate runs [change[2i], change[2i+1])
     position, bucket = 0, 0
     for a, b in zip(change[::2], change[1::2], strict=True):
-        lo, hi = int(starts[a]), min(int(starts[b]), stop)
-        if lo >= stop:
-            break
+        lo, hi = int(starts[a]), int(starts[b])
         if lo > position:
             runs.append((position, lo, False, bucket, int(a)))
         runs.append((lo, hi, True, int(a), int(b)))
         position, bucket = hi, int(b)
-    if position < stop:
-        runs.append((position, stop, False, bucket, int(np.searchsorted(starts, stop))))
+    assert position == stop, "stop is the end of the last candidate run"
     inside = sum(hi - lo for lo, hi, keep, _, _ in runs if keep)
     length = 1
     while inside // (length * REFINE) >= TOP_SEGMENTS:

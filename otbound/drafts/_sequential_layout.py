@@ -44,7 +44,21 @@ def prefix_sums(p, q):  # type: ignore[no-untyped-def]  # pragma: no cover - com
     ``cum_p[i] = Σ_{j<i} p_j`` and ``suffix[i] = Σ_{j≥i} q_j`` (summed from the end, as
     ``np.cumsum(q[::-1])[::-1]``), ``positives[i] = #{j < i: q_j > 0}``.
     """
-    _, _, cum_p, suffix, positives = gathered_prefix_sums(p, q, np.arange(q.shape[0]))
+    size = q.shape[0]
+    cum_p = np.zeros(size + 1)
+    suffix = np.zeros(size + 1)
+    positives = np.zeros(size + 1, dtype=np.int64)
+    total = 0.0
+    for i in range(size - 1, -1, -1):
+        total += q[i]
+        suffix[i] = total
+    total = 0.0
+    count = 0
+    for i in range(size):
+        total += p[i]
+        cum_p[i + 1] = total
+        count += q[i] > 0.0
+        positives[i + 1] = count
     return cum_p, suffix, positives
 
 

@@ -918,12 +918,12 @@ def sequential_prefix_minimum(
         layout = scratch("sequential layout", (vals.size,))
         sigma = scratch("sequential power sums", (total, num_nodes, MOST_TERMS))
         fold_end = np.empty((total, num_nodes), dtype=np.int64)
-        largest = np.empty((total, num_nodes))
+        peaks = np.empty((total, num_nodes))  # each block's largest folded mass, per node
         if total:
             schedule, bounds = _balanced_schedule(edges, numba.get_num_threads())
             work = scratch("sequential power-sum work", (3, vals.size))
             _segment_power_sums(
-                vals, edges, rows, limits, h, layout, sigma, fold_end, largest, schedule, bounds,
+                vals, edges, rows, limits, h, layout, sigma, fold_end, peaks, schedule, bounds,
                 work,
             )  # fmt: skip
         remaining, stored = _segment_mass(
@@ -939,7 +939,7 @@ def sequential_prefix_minimum(
             sigma,
             rows,
             fold_end,
-            largest,
+            peaks,
             beta,
             states,
             store,

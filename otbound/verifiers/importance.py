@@ -113,26 +113,21 @@ CHAIN_HINT_BYTES = 32 << 20
 _chain_orders = ByteBudgetCache(CHAIN_HINT_BYTES)
 
 
-def _chain_hints(p: np.ndarray, q: np.ndarray, top: int) -> list[np.ndarray]:
-    """The rankings of the stage chain of ``(p, q)`` (i.i.d. drafts, ``top``) computed so far,
-    kept across calls (the least recently used chains go past :data:`CHAIN_HINT_BYTES`); the
-    list to extend (:func:`_keep_hint`).
-
-    Only sort hints: :func:`_ranking` returns the stable argsort whatever its hint, so an
-    entry of another step (the cheap key's collision) could cost time, never change a stage.
-    """
-    return _hints_at(_hint_key(p, q, top))
-
-
 def _hint_key(p: np.ndarray, q: np.ndarray, top: int) -> tuple[object, ...]:
     """The key of :func:`_chain_hints`: :func:`~otbound.verifiers._step_cache.step_key` (a
     CRC-32 of the rows) and ``top``."""
     return (*step_key(p, q), top)
 
 
-def _hints_at(key: tuple[object, ...]) -> list[np.ndarray]:
-    """:func:`_chain_hints` from its key (:func:`_hint_key`), computed once by a step's
-    :class:`_StageChain` rather than on every growth of its chain."""
+def _chain_hints(key: tuple[object, ...]) -> list[np.ndarray]:
+    """The rankings of the stage chain of ``(p, q)`` (i.i.d. drafts, ``top``) computed so far,
+    kept across calls (the least recently used chains go past :data:`CHAIN_HINT_BYTES`); the
+    list to extend (:func:`_keep_hint`). ``key``: :func:`_hint_key` of ``(p, q, top)``,
+    computed once by a step's :class:`_StageChain` rather than on every growth of its chain.
+
+    Only sort hints: :func:`_ranking` returns the stable argsort whatever its hint, so an
+    entry of another step (the cheap key's collision) could cost time, never change a stage.
+    """
     orders: list[np.ndarray] | None = _chain_orders.get(key)
     if orders is None:
         orders = []
@@ -403,7 +398,7 @@ class ImportanceSampling(BaseVerifier):
         if len(chain.stages) < n - 1:
             if chain.hint_key is None:
                 chain.hint_key = _hint_key(p, q, self.top)
-            orders = _hints_at(chain.hint_key)
+            orders = _chain_hints(chain.hint_key)
             self._grow(p, self._slots(q, n), chain.stages, orders)
         return chain
 
