@@ -143,7 +143,8 @@ MIN_TRIALS = 1_000
 #: ``_conditional``): its values vary far less than 0/1 events (on ``data/sample`` the
 #: per-trial deviation is 0.003-0.08, so 256 trials give a standard error below 0.005), but
 #: they are skewed (a rare large value), and the normal interval of a smaller sample covers
-#: less than it says (a review measured 88.5 % for a 95 % interval at 64 trials, 91.8 % at 256).
+#: less than it says (on the sample's rows 88.5 % for a 95 % interval at 64 trials, 91.8 % at
+#: 256, against references of 100,000 trials).
 MIN_RB_TRIALS = 256
 
 #: The first pilot of a Rao-Blackwellised estimate: enough to tell a clearly narrow row
@@ -153,8 +154,8 @@ RB_PILOT = 64
 #: A row the first pilot does not show clearly narrow gets a second pilot this many times
 #: larger (256 trials), on which its final sample is sized: 64 trials miss a rare large value
 #: too often to size a wide row (2 rows in 3,456 of the sample came out above the target on
-#: the first pilot alone, 0.1 on a pilot of 256). On the sample 26 of 3,456 rows have a
-#: per-trial deviation above the threshold (0.04).
+#: the first pilot alone, 0.1 on a pilot of 256). On the sample 6 of 3,456 rows have a
+#: per-trial deviation above the threshold (0.04 with 256 final trials and a target of 0.005).
 WIDE_PILOT = 4
 
 
