@@ -348,7 +348,6 @@ from otbound.drafts._sequential_layout import (  # noqa: E402
     PAIRS_FOUND,
     PAIRS_INTEGRATE,
     bucket_columns,
-    gathered_prefix_sums,
     largest_masses,
     pairs_minimum,
     prefix_sums,
@@ -377,18 +376,6 @@ def test_prefix_sums_are_numpys_cumulative_sums():
         np.testing.assert_array_equal(suffix[:-1], np.cumsum(q[::-1])[::-1])
         assert suffix[-1] == 0.0
         np.testing.assert_array_equal(positives, np.concatenate(([0], np.cumsum(q > 0))))
-
-
-def test_gathered_prefix_sums_are_the_gathers_and_their_prefix_sums():
-    rng = np.random.default_rng(13)
-    for p, q in _layout_rows(rng):
-        p = p.astype(np.float64)
-        for order in (rng.permutation(q.size), np.arange(q.size), rng.permutation(q.size)[:3]):
-            p_sorted, q_sorted, *sums = gathered_prefix_sums(p, q, order)
-            np.testing.assert_array_equal(p_sorted, p[order])
-            np.testing.assert_array_equal(q_sorted, q[order])
-            for got, want in zip(sums, prefix_sums(p[order], q[order]), strict=True):
-                np.testing.assert_array_equal(got, want)
 
 
 def test_bucket_columns_are_the_boundaries_and_the_sorted_buckets_insides():

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from otbound.drafts._ratio_buckets import bucket_row, product_lower_bound, sort_buckets
-from otbound.drafts._sequential_layout import bucket_columns, gathered_prefix_sums
+from otbound.drafts._sequential_layout import bucket_columns
 from otbound.drafts._sequential_mass import REFINE, TOP_SEGMENTS, sequential_prefix_minimum
 
 __all__ = ["MARGIN", "bucketed_candidates", "bucketed_prefix_minimum"]
@@ -161,16 +161,14 @@ def bucketed_prefix_minimum(
     order = order[:size]
     stop = int(starts[picked[-1] + 1]) if picked.size else 0
     cuts, refinable = _first_cuts(chosen, starts, stop)
-    p_sorted, q_sorted, *sums = gathered_prefix_sums(p, q, order)
     gap, index = sequential_prefix_minimum(
-        p_sorted,
-        q_sorted,
+        p[order],
+        q[order],
         wanted,
         cuts=cuts,
         refinable=refinable,
         columns=bucket_columns(starts, picked),  # the boundaries, and inside the sorted buckets
         stop=stop,
-        sums=(sums[0], sums[1], sums[2]),
         largest=tops[-1] if buckets else None,  # the row's largest masses, descending
     )
     return gap, index, order

@@ -22,7 +22,6 @@ __all__ = [
     "PAIRS_FOUND",
     "PAIRS_INTEGRATE",
     "bucket_columns",
-    "gathered_prefix_sums",
     "keep_largest",
     "largest_masses",
     "pairs_minimum",
@@ -60,41 +59,6 @@ def prefix_sums(p, q):  # type: ignore[no-untyped-def]  # pragma: no cover - com
         count += q[i] > 0.0
         positives[i + 1] = count
     return cum_p, suffix, positives
-
-
-@numba.njit(cache=True)
-def gathered_prefix_sums(p, q, order):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
-    """``p[order]``, ``q[order]`` and :func:`prefix_sums` of them, in two passes (the gathers
-    inside the sums' own loops).
-
-    Returns
-    -------
-    p_sorted, q_sorted : numpy.ndarray, shape (len(order),)
-    cum_p, suffix, positives : numpy.ndarray, shape (len(order) + 1,)
-        As :func:`prefix_sums` on ``p_sorted``, ``q_sorted`` (the same sums, bit for bit).
-    """
-    size = order.shape[0]
-    p_sorted = np.empty(size)
-    q_sorted = np.empty(size)
-    cum_p = np.zeros(size + 1)
-    suffix = np.zeros(size + 1)
-    positives = np.zeros(size + 1, dtype=np.int64)
-    total = 0.0
-    for i in range(size - 1, -1, -1):
-        mass = q[order[i]]
-        q_sorted[i] = mass
-        total += mass
-        suffix[i] = total
-    total = 0.0
-    count = 0
-    for i in range(size):
-        value = p[order[i]]
-        p_sorted[i] = value
-        total += value
-        cum_p[i + 1] = total
-        count += q_sorted[i] > 0.0
-        positives[i + 1] = count
-    return p_sorted, q_sorted, cum_p, suffix, positives
 
 
 @numba.njit(cache=True)

@@ -199,23 +199,16 @@ def sequential_prefix_mass(q_sorted: np.ndarray, n: int, h: float = LOG_TIME_STE
 
 
 def _prefix_layout(
-    q_sorted: np.ndarray,
-    counts: Sequence[int],
-    p_sorted: np.ndarray | None = None,
-    sums: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    q_sorted: np.ndarray, counts: Sequence[int], p_sorted: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``q`` as float64, the wanted and distinct ``n``, the mass outside each prefix
     (``suffix[i] = q(V \\ H_i)``), the number of positive masses in each prefix and the
     prefix sums of ``p_sorted`` (of zeros when it is not given), from one compiled pass
-    (:func:`otbound.drafts._sequential_layout.prefix_sums`, numpy's sums bit for bit), or
-    ``sums = (cum_p, suffix, positives)`` where the caller has them
-    (:func:`~otbound.drafts._sequential_layout.gathered_prefix_sums`)."""
+    (:func:`otbound.drafts._sequential_layout.prefix_sums`, numpy's sums bit for bit)."""
     q = np.ascontiguousarray(q_sorted, dtype=np.float64)
     wanted = np.asarray(list(counts), dtype=np.int64)
-    if sums is None:
-        p = np.zeros_like(q) if p_sorted is None else np.ascontiguousarray(p_sorted, np.float64)
-        sums = prefix_sums(p, q)
-    cum_p, suffix, positives = sums
+    p = np.zeros_like(q) if p_sorted is None else np.ascontiguousarray(p_sorted, np.float64)
+    cum_p, suffix, positives = prefix_sums(p, q)
     return q, wanted, np.unique(wanted), suffix, positives, cum_p
 
 
@@ -730,8 +723,8 @@ def _other_masses(q: np.ndarray, most: int, largest: np.ndarray | None = None) -
     top = largest_masses(q, most) if largest is None else largest[:most]
     rest = q.sum() - np.concatenate(([0.0], np.cumsum(top)))
     if most and rest[most] < RELIABLE_REST:
-        largest = np.argpartition(q, q.size - most)[q.size - most :]
-        tail = np.delete(q, largest).sum()
+        tops = np.argpartition(q, q.size - most)[q.size - most :]  # where the `top` masses are
+        tail = np.delete(q, tops).sum()
         rest = tail + np.concatenate((np.cumsum(top[::-1])[::-1], [0.0]))
     out: np.ndarray = rest * (1.0 - 1e-12)  # rounding of the sums: keep K an upper bound
     return out
@@ -777,7 +770,6 @@ def sequential_prefix_minimum(
     refinable: np.ndarray | None = None,
     columns: np.ndarray | None = None,
     stop: int | None = None,
-    sums: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     largest: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     r"""``min_i [p(H_i) − Q_n(H_i)]`` and its first arg-min ``i``, for each ``n`` in ``counts``.
@@ -816,9 +808,6 @@ def sequential_prefix_minimum(
         tokens sorted by ``p/q``), ``columns`` (int, ascending) are the prefix lengths the
         closed forms may take, and ``stop`` is the last prefix any integrated ``n`` needs.
         Default: every prefix, ``stop = V``, segments of equal length, all refinable.
-    sums : (cum_p, suffix, positives), optional
-        :func:`~otbound.drafts._sequential_layout.prefix_sums` of the row, where the caller
-        has them.
     largest : numpy.ndarray, optional
         The ``max(counts)`` (or more) largest masses of the row, descending, where the caller
         has them.
@@ -830,7 +819,7 @@ def sequential_prefix_minimum(
     index : numpy.ndarray of int64, shape (len(counts),)
         The prefix length ``i`` attaining it (0 when ``gap = 0``).
     """
-    q, wanted, distinct, suffix, positives, cum_p = _prefix_layout(q_sorted, counts, p_sorted, sums)
+    q, wanted, distinct, suffix, positives, cum_p = _prefix_layout(q_sorted, counts, p_sorted)
     size = q.shape[0]
     outside = suffix > 0
     gap = np.zeros(distinct.size)

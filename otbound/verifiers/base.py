@@ -641,8 +641,7 @@ class BaseVerifier(ABC):
         rng = as_seed_rng(seed)
         if target_se is None:
             return self._estimate_sample(step, n, trials, rng)
-        rao_blackwell = self._rao_blackwellised()
-        first = RB_PILOT if rao_blackwell else MIN_TRIALS
+        first = RB_PILOT if self._rao_blackwellised() else MIN_TRIALS
         pilot = self._estimate_sample(step, n, min(trials, first), rng)
         least = MIN_RB_TRIALS if pilot.method == "rao_blackwell" else MIN_TRIALS
         spread = pilot.stderr * math.sqrt(pilot.trials)
