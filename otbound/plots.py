@@ -15,6 +15,7 @@ import math
 import os
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -344,6 +345,60 @@ def _suffix(values: Sequence[float], value: float, prefix: str) -> str:
     return "" if len(values) == 1 else f"_{prefix}{value:g}"
 
 
+@dataclass(frozen=True)
+class RunFigure:
+    """One PNG figure of a run, to be drawn by :meth:`save` (in this process or another: it
+    holds the small tables it is drawn from, and pickles).
+
+    Attributes
+    ----------
+    kind : str
+        ``"acceptance_vs_n"``, ``"gap_distribution"`` or ``"acceptance_vs_temperature"``.
+    table : pandas.DataFrame
+        The summary (or, for ``gap_distribution``, the gap histogram) of the run.
+    at : float
+        The temperature (or, for ``acceptance_vs_temperature``, the number of drafts ``n``).
+    path : pathlib.Path
+    """
+
+    kind: str
+    table: pd.DataFrame
+    at: float
+    path: Path
+
+    def save(self) -> Path:
+        """Draw the figure and write it to :attr:`path` (atomically)."""
+        if self.kind == "acceptance_vs_n":
+            fig = acceptance_vs_n(self.table, self.at)
+        elif self.kind == "gap_distribution":
+            fig = gap_distribution(self.table, self.at)
+        elif self.kind == "acceptance_vs_temperature":
+            fig = acceptance_vs_temperature(self.table, int(self.at))
+        else:
+            raise ValueError(f"unknown figure kind {self.kind!r}")
+        return save_figure(fig, self.path)
+
+
+def run_figures(
+    summary: pd.DataFrame, histogram: pd.DataFrame, out: str | os.PathLike[str]
+) -> list[RunFigure]:
+    """The figures :func:`save_run_figures` writes, not drawn yet."""
+    out = Path(out)
+    figures = []
+    temps = sorted(summary["temperature"].unique())
+    for t in temps:
+        tag = _suffix(temps, t, "T")
+        figures.append(RunFigure("acceptance_vs_n", summary, t, out / f"acceptance_vs_n{tag}.png"))
+        if not histogram.empty and np.isclose(histogram["temperature"], t).any():
+            path = out / f"gap_distribution{tag}.png"
+            figures.append(RunFigure("gap_distribution", histogram, t, path))
+    if len(temps) > 1:
+        for k in sorted(summary["n"].unique()):
+            path = out / f"acceptance_vs_temperature_n{k}.png"
+            figures.append(RunFigure("acceptance_vs_temperature", summary, int(k), path))
+    return figures
+
+
 def save_run_figures(
     summary: pd.DataFrame, histogram: pd.DataFrame, out: str | os.PathLike[str]
 ) -> list[Path]:
@@ -357,17 +412,4 @@ def save_run_figures(
     -------
     list of pathlib.Path
     """
-    out = Path(out)
-    paths = []
-    temps = sorted(summary["temperature"].unique())
-    for t in temps:
-        tag = _suffix(temps, t, "T")
-        paths.append(save_figure(acceptance_vs_n(summary, t), out / f"acceptance_vs_n{tag}.png"))
-        if not histogram.empty and np.isclose(histogram["temperature"], t).any():
-            fig = gap_distribution(histogram, t)
-            paths.append(save_figure(fig, out / f"gap_distribution{tag}.png"))
-    if len(temps) > 1:
-        for k in sorted(summary["n"].unique()):
-            fig = acceptance_vs_temperature(summary, int(k))
-            paths.append(save_figure(fig, out / f"acceptance_vs_temperature_n{k}.png"))
-    return paths
+    return [figure.save() for figure in run_figures(summary, histogram, out)]

@@ -440,7 +440,7 @@ def test_run_records_every_skipped_cell(dump_dir, tmp_path: Path) -> None:
     }
 
 
-def _buggy_shard(dump, shard, config, progress=None):
+def _buggy_shard(dump, shard, config, progress=None, *, steps=None):
     """A shard analysis with a bug in it (module level: spawned workers import it)."""
     raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")
 
@@ -463,7 +463,7 @@ def test_a_bug_stops_the_run_with_its_traceback(dump_dir, tmp_path: Path, monkey
 
 
 def test_a_plain_value_error_is_a_bug_not_a_bad_shard(dump_dir, tmp_path: Path, monkeypatch):
-    def nan_in_the_sweep(dump, shard, config, progress=None):
+    def nan_in_the_sweep(dump, shard, config, progress=None, *, steps=None):
         raise ValueError("the sweep produced NaN")
 
     path, _, _ = dump_dir

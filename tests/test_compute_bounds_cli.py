@@ -316,7 +316,7 @@ def test_skipped_cells_are_counted_listed_and_the_table_shows_their_steps(
     assert "skipped.csv" in stdout
 
 
-def _buggy_shard(dump, shard, config, progress=None):
+def _buggy_shard(dump, shard, config, progress=None, *, steps=None):
     raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")
 
 

@@ -6,13 +6,11 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import json
-import multiprocessing
 import os
 import sys
 import traceback
 import uuid
-from collections.abc import Callable, Generator
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from tqdm.auto import tqdm
 
 from otbound._files import atomic_output, write_json
 from otbound.analysis._config import AnalysisConfig
+from otbound.analysis._parallel import Jobs, LocalProcesses, plan_parts, resolve_jobs
 from otbound.analysis._shard import (
     SKIPPED_CELL_COLUMNS,
     ShardOutcome,
@@ -195,14 +194,6 @@ class _ShardStore:
         return pd.read_parquet(self._paths(shard_id)[1])
 
 
-def _single_threaded() -> None:
-    """Worker start-up: one numba thread per process (the processes share the cores)."""
-    with contextlib.suppress(ImportError, ValueError):
-        import numba
-
-        numba.set_num_threads(1)
-
-
 def _in_process(
     dump: Dump, pending: list[int], config: AnalysisConfig, bar: tqdm
 ) -> Generator[tuple[int, ShardOutcome | Exception], None, None]:
@@ -211,20 +202,6 @@ def _in_process(
             yield index, analyse_shard(dump, index, config, bar.update)
         except Exception as exc:  # to the caller: a DumpError is a bad shard, else a bug
             yield index, exc
-
-
-def _in_processes(
-    dump: Dump, pending: list[int], config: AnalysisConfig, jobs: int
-) -> Generator[tuple[int, ShardOutcome | Exception], None, None]:
-    context = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=_single_threaded)
-    try:
-        futures = {pool.submit(analyse_shard, dump, i, config): i for i in pending}
-        for future in as_completed(futures):
-            exc = future.exception()
-            yield futures[future], exc if isinstance(exc, Exception) else future.result()
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _on_dask(
@@ -330,7 +307,7 @@ def run_analysis(
     config: AnalysisConfig,
     out: str | os.PathLike[str],
     *,
-    jobs: int = 1,
+    jobs: Jobs = 1,
     dask: str | None = None,
     resume: bool = False,
     progress: bool = True,
@@ -342,8 +319,12 @@ def run_analysis(
     tables and figures to ``out``.
 
     Shards are independent: each is analysed by :func:`analyse_shard` in this process
-    (``jobs=1``), in ``jobs`` local processes, or on a dask.distributed cluster (``dask`` is
-    the scheduler's address; the workers must be able to read the dump at the same path).
+    (``jobs=1``), in ``jobs`` local processes (this one and ``jobs − 1`` spawned workers;
+    a dump with fewer than four shards a process is cut into parts of shards, so that the
+    processes share the work evenly), or on a dask.distributed cluster (``dask`` is the
+    scheduler's address; the workers must be able to read the dump at the same path). The
+    rows are the same bit for bit whichever way a run goes: a step's rows depend on the step,
+    the settings and the seed only.
     Each finished shard's table is saved at once under ``out/shards``; with ``resume=True``
     the shards finished by an earlier run with the same dump and settings are not redone.
 
@@ -366,8 +347,9 @@ def run_analysis(
     config : AnalysisConfig
     out : path
         Output directory (created if missing).
-    jobs : int, default 1
-        Local worker processes.
+    jobs : int or "auto", default 1
+        Local processes, this one included; ``"auto"``: one per usable core, as many as the
+        memory and the work allow (:func:`otbound.analysis._parallel.resolve_jobs`).
     dask : str, optional
         Address of a dask.distributed scheduler (``tcp://host:port``) to run the shards on.
     resume : bool, default False
@@ -393,8 +375,7 @@ def run_analysis(
     ValueError
         Bad arguments, or a resume refused (one line naming what changed).
     """
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"jobs must be an integer >= 1, got {jobs!r}")
+    resolve_jobs(jobs, 0, None, config)  # a bad value is refused before anything is written
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     record: dict[str, Any] = {
@@ -433,11 +414,13 @@ def run_analysis(
         file=sys.stderr,
         dynamic_ncols=True,
     )
-    with bar:
+    pending_sizes = {i: sizes[i] for i in pending}
+    with _local_processes(jobs, dump, config, pending_sizes, dask, figures) as workers, bar:
         if dask is not None:
             outcomes = _on_dask(dump, pending, config, dask)
-        elif jobs > 1 and len(pending) > 1:
-            outcomes = _in_processes(dump, pending, config, jobs)
+        elif workers is not None:
+            parts = plan_parts(pending_sizes, workers.jobs)
+            outcomes = workers.analyse(analyse_shard, dump, parts, config, bar.update)
         else:
             outcomes = _in_process(dump, pending, config, bar)
         for index, outcome in outcomes:
@@ -450,23 +433,79 @@ def run_analysis(
                 raise _bug(outcome, info.id, out / RUN_FILE, {**record, "run_key": run_key})
             store.save(outcome)
             skipped.append(outcome.skipped)
-            if dask is not None or jobs > 1:
+            if dask is not None:
                 bar.update(outcome.steps)
             if on_shard_done is not None:
                 on_shard_done(info.id)
-    result = RunResult(
-        out=out,
-        steps=sum(sizes),
-        skipped=np.sort(np.concatenate(skipped)) if skipped else np.zeros(0, dtype=np.int64),
-        failures=dict(sorted(failures.items())),
-        resumed=len(shards) - len(pending),
-    )
-    if failures:
-        write_json(
-            out / RUN_FILE,
-            {**record, "run_key": run_key, "complete": False, "failures": result.failures},
+        bar.close()
+        result = RunResult(
+            out=out,
+            steps=sum(sizes),
+            skipped=np.sort(np.concatenate(skipped)) if skipped else np.zeros(0, dtype=np.int64),
+            failures=dict(sorted(failures.items())),
+            resumed=len(shards) - len(pending),
         )
-        return result
+        record["run_key"] = run_key
+        if failures:
+            write_json(out / RUN_FILE, {**record, "complete": False, "failures": result.failures})
+            return result
+        cells = _write_outputs(store, shards, result, level, figures, workers)
+    write_json(
+        out / RUN_FILE,
+        {
+            **record,
+            "complete": True,
+            "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "steps": result.steps,
+            "skipped_steps": result.skipped.tolist(),
+            "skipped_cells": {
+                "cells": result.cells,
+                "skipped": len(cells),
+                "by_reason": cells["reason"].value_counts().to_dict(),
+            },
+            "files": [p.name for p in result.files],
+        },
+    )
+    return result
+
+
+@contextlib.contextmanager
+def _local_processes(
+    jobs: Jobs,
+    dump: Dump,
+    config: AnalysisConfig,
+    pending: dict[int, int],
+    dask: str | None,
+    figures: bool,
+) -> Iterator[LocalProcesses | None]:
+    """The worker processes of a local run that takes more than one (:func:`resolve_jobs`),
+    or None."""
+    steps = sum(pending.values())
+    processes = resolve_jobs(jobs, steps, dump.vocab_size, config)
+    if dask is not None or processes < 2 or steps < 2:
+        yield None
+        return
+    with LocalProcesses(processes, warm=_import_plots if figures else None) as workers:
+        yield workers
+
+
+def _import_plots() -> None:
+    """A worker's warm-up for the figures: matplotlib's import (module level: it pickles)."""
+    import otbound.plots  # noqa: F401
+
+
+def _write_outputs(
+    store: _ShardStore,
+    shards: list[ShardInfo],
+    result: RunResult,
+    level: float,
+    figures: bool,
+    workers: LocalProcesses | None,
+) -> pd.DataFrame:
+    """The final tables and figures of a run whose shards all succeeded, into ``result.out``
+    (``result``'s cells, files and summary filled in); the figures are drawn beside the
+    workers when there are some. Returns the skipped cells."""
+    out = result.out
     summary, histogram, rows = _assemble(store, shards, out, level)
     result.skipped_cells = _write_skipped_cells(store, shards, out)
     result.cells = rows + len(result.skipped_cells)
@@ -478,28 +517,12 @@ def run_analysis(
         histogram.to_csv(tmp, index=False)
     result.files = [out / name for name in _FINAL_FILES]
     if figures:
-        from otbound.plots import save_run_figures
+        from otbound.plots import run_figures
 
-        result.files += save_run_figures(summary, histogram, out)
+        drawn = [figure.save for figure in run_figures(summary, histogram, out)]
+        result.files += workers.beside(drawn) if workers else [save() for save in drawn]
     result.summary = summary
-    write_json(
-        out / RUN_FILE,
-        {
-            **record,
-            "run_key": run_key,
-            "complete": True,
-            "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "steps": result.steps,
-            "skipped_steps": result.skipped.tolist(),
-            "skipped_cells": {
-                "cells": result.cells,
-                "skipped": len(result.skipped_cells),
-                "by_reason": result.skipped_cells["reason"].value_counts().to_dict(),
-            },
-            "files": [p.name for p in result.files],
-        },
-    )
-    return result
+    return result.skipped_cells
 
 
 def _version() -> str:

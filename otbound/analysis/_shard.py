@@ -192,13 +192,50 @@ def _interval_rows(
     return pd.concat(frames, ignore_index=True), skipped, empty_steps(SKIPPED_COLUMNS)
 
 
+def _temperature_major(frame: pd.DataFrame, temperatures: tuple[float, ...]) -> pd.DataFrame:
+    """``frame``'s rows, a table of step-ordered chunks, in the order of ``temperatures``
+    first, then as they were (a stable sort): the order a shard's table has however its steps
+    were cut into chunks or parts."""
+    if len(temperatures) < 2 or frame.empty:
+        return frame
+    rank = {t: i for i, t in enumerate(temperatures)}
+    order = np.argsort(frame["temperature"].map(rank).to_numpy(), kind="stable")
+    return frame.iloc[order].reset_index(drop=True)
+
+
+def merge_parts(parts: list[ShardOutcome], temperatures: tuple[float, ...]) -> ShardOutcome:
+    """One shard's outcome from the outcomes of its parts (:func:`analyse_shard` with
+    ``steps``), given in step order; ``temperatures`` as in the run's configuration.
+
+    The tables are concatenated and put in temperature order, as :func:`analyse_shard` puts
+    a whole shard's; the steps are added up.
+    """
+    first = parts[0]
+    if len(parts) == 1:
+        return first
+    return ShardOutcome(
+        shard_id=first.shard_id,
+        steps=sum(part.steps for part in parts),
+        rows=_temperature_major(
+            pd.concat([part.rows for part in parts], ignore_index=True), temperatures
+        ),
+        skipped=np.concatenate([part.skipped for part in parts]),
+        skipped_cells=_temperature_major(
+            pd.concat([part.skipped_cells for part in parts], ignore_index=True), temperatures
+        ),
+    )
+
+
 def analyse_shard(
     dump: Dump,
     shard: int,
     config: AnalysisConfig,
     progress: Callable[[int], None] | None = None,
+    *,
+    steps: tuple[int, int] | None = None,
 ) -> ShardOutcome:
-    """``α*`` of each design and each verifier's acceptance at every step of one shard.
+    """``α*`` of each design and each verifier's acceptance at every step of one shard (or of
+    a part of it).
 
     The shard is read once and processed ``config.chunk_steps`` steps at a time (memory
     stays at a few ``chunk_steps × V`` arrays; own-format and ``.npy``/``.safetensors``
@@ -218,6 +255,11 @@ def analyse_shard(
     config : AnalysisConfig
     progress : callable, optional
         Called with the number of steps finished after each chunk.
+    steps : (int, int), optional
+        Analyse only the steps at positions ``start .. stop − 1`` of the shard (after
+        ``max_steps``); a step's rows do not depend on the steps analysed with it, so the
+        parts of a shard, concatenated in order (:func:`merge_parts`), give the rows of the
+        whole shard.
 
     Returns
     -------
@@ -232,13 +274,16 @@ def analyse_shard(
     if config.max_steps is not None:
         sizes = [info.num_steps for info in dump.shards]
         data = data.head(config.steps_per_shard(sizes)[dump.shard(shard).index])
+    first, stop = (0, data.num_steps) if steps is None else steps
+    if not 0 <= first <= stop <= data.num_steps:
+        raise ValueError(f"steps must lie in 0 .. {data.num_steps} with start <= stop, got {steps}")
     rows_of = _interval_rows if data.is_topk else _full_rows
     frames, skipped, cells = [], [], []
     with warnings.catch_warnings():
         # the vocabulary cut is announced once per run, not once per chunk
         warnings.filterwarnings("ignore", message="target and draft vocabularies differ")
-        for start in range(0, data.num_steps, config.chunk_steps):
-            rows = slice(start, min(start + config.chunk_steps, data.num_steps))
+        for start in range(first, stop, config.chunk_steps):
+            rows = slice(start, min(start + config.chunk_steps, stop))
             for i, temperature in enumerate(config.temperatures):
                 frame, bad, missing = rows_of(data, rows, temperature, config)
                 frames.append(frame.assign(temperature=temperature))
@@ -247,14 +292,16 @@ def analyse_shard(
                     skipped.append(bad)
             if progress is not None:
                 progress(rows.stop - rows.start)
-    table = concat_typed(frames, STEP_COLUMNS)
+    table = _temperature_major(concat_typed(frames, STEP_COLUMNS), config.temperatures)
     meta = data.metadata.set_index("step")
     for column in ("prompt_id", "position", "token"):
         table[column] = table["step"].map(meta[column]) if column in meta else pd.NA
     return ShardOutcome(
         shard_id=data.shard.id,
-        steps=data.num_steps,
+        steps=stop - first,
         rows=table.astype({c: _DTYPES[c] for c in STEP_COLUMNS}),
         skipped=np.concatenate(skipped) if skipped else np.zeros(0, dtype=np.int64),
-        skipped_cells=concat_typed(cells, SKIPPED_CELL_COLUMNS),
+        skipped_cells=_temperature_major(
+            concat_typed(cells, SKIPPED_CELL_COLUMNS), config.temperatures
+        ),
     )

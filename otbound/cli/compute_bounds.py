@@ -100,8 +100,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         type=int,
         default=20_000,
         help="most Monte Carlo trials per step for verifiers without an exact formula; each "
-        "step's estimate is sized for a standard error of 0.005 (Rao-Blackwellised: about "
-        "1,000 trials) and this caps it (0: skip such rows)",
+        "step's estimate is sized for a standard error of 0.005 (Rao-Blackwellised: a pilot "
+        "of 64 trials, then at least 256) and this caps it (0: skip such rows)",
     )
     parser.add_argument("--seed", type=int, default=0, help="Monte Carlo seed")
     parser.add_argument(
@@ -112,7 +112,14 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="analyse only the dump's first N steps (a quick look; default: all)",
     )
     parser.add_argument("--out", default="out/bounds", help="output directory")
-    parser.add_argument("--jobs", type=int, default=1, help="local worker processes")
+    parser.add_argument(
+        "--jobs",
+        type=_jobs,
+        default="auto",
+        metavar="N|auto",
+        help="local processes, this one included (default: auto, one per core, as many as "
+        "the memory and the dump's size call for; 1: no worker processes)",
+    )
     parser.add_argument(
         "--dask",
         metavar="ADDRESS",
@@ -164,6 +171,16 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
     parser.add_argument("--quiet", action="store_true", help="no progress bar and no table")
     return parser
+
+
+def _jobs(text: str) -> int | str:
+    """``--jobs``: ``auto`` or an integer (checked to be at least 1 in :func:`main`)."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {text!r}") from None
 
 
 def _positive(value: int, option: str) -> int:
@@ -380,7 +397,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         dump = open_input(args)
         config = make_config(args, dump)
         out = writable_directory(args.out)
-        jobs = _positive(args.jobs, "--jobs")
+        jobs = args.jobs if args.jobs == "auto" else _positive(args.jobs, "--jobs")
         try:
             result = run_analysis(
                 dump,

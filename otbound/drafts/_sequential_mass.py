@@ -71,6 +71,11 @@ LARGEST_TIME = 1e300
 _LN2 = math.log(2.0)
 #: ``2^-54``: a term at most this times a positive sum ``s`` is below half of ``s``'s last place.
 _HALF_ULP = 2.0**-54
+#: The grid's nodes are split into this many interleaved chunks (node ``j`` in chunk
+#: ``j mod NODE_CHUNKS``), shared among numba's threads, each with its own accumulator, summed
+#: in chunk order: the same bits on any number of threads (one chunk per thread made the
+#: bound depend, by rounding, on the machine's cores and on ``numba.set_num_threads``).
+NODE_CHUNKS = 16
 
 
 def _left_time(n: int, h: float) -> float:
@@ -254,7 +259,7 @@ def sequential_prefix_masses(
         # subnormals included) and the grid down by the same factor: every product q t is the
         # same number.
         scale = math.ldexp(1.0, max(0, math.ceil((log_t_hi - math.log(LARGEST_TIME)) / _LN2)))
-        groups = max(1, min(numba.get_num_threads(), num_nodes))
+        groups = max(1, min(NODE_CHUNKS, num_nodes))
         remaining = _remaining_mass(
             q * scale, suffix * scale, distinct, t_lo / scale, h, num_nodes, groups
         )
@@ -604,8 +609,8 @@ def _segment_mass(
     the trapezoid sums ``Σ_j w_j P[N < n]`` at every segment end (len(counts), segments) and,
     when ``store``, every node's state at every segment start (num_nodes, segments, max n),
     zero once negligible (else an empty array), a view of ``stored_buffer`` (float64, at least
-    that size; :func:`otbound._scratch.scratch`). The nodes are split into one chunk per
-    thread, each with its own accumulator.
+    that size; :func:`otbound._scratch.scratch`). The nodes are split into ``chunks``
+    interleaved chunks (:data:`NODE_CHUNKS`), each with its own accumulator.
     """
     many = counts.shape[0]
     top = counts[many - 1]
@@ -932,7 +937,7 @@ def sequential_prefix_minimum(
             beta,
             states,
             store,
-            max(1, min(numba.get_num_threads(), num_nodes)),
+            max(1, min(NODE_CHUNKS, num_nodes)),
             scratch(
                 "sequential stored states", (num_nodes * (edges.size - 1) * top if store else 0,)
             ),

@@ -1,0 +1,347 @@
+"""The analysis on several local processes: how many (``jobs="auto"``), the parts a dump is
+cut into so that they share the work evenly, and the loop that runs the parts in worker
+processes and in this one."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import multiprocessing
+import os
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable, Generator, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from otbound.analysis._config import AnalysisConfig
+from otbound.analysis._shard import ShardOutcome, merge_parts
+from otbound.dumps import Dump
+
+#: ``jobs="auto"``: one process per usable core, as many as the memory and the work allow.
+AUTO = "auto"
+#: Parts per process aimed at when a dump has too few shards to share them evenly as they are.
+PARTS_PER_JOB = 6
+#: The fewest steps a part of a shard holds (a part re-reads its shard: reading is cheap
+#: against analysing, but not free).
+MIN_PART_STEPS = 16
+#: Below this many vocabulary entries in all (steps × V) a run stays in one process: starting
+#: a worker (an interpreter, the imports, the compiled kernels) costs about a second.
+MIN_PARALLEL_ENTRIES = 2**20
+#: Memory one process needs: a fixed part (the interpreter and the libraries), then bytes per
+#: entry of a chunk of ``chunk_steps × V`` (the rows as read, ``p`` and ``q`` in float64 and
+#: the verifiers' work arrays; about 1 GB at V = 32,000 and 256 steps was measured).
+BASE_BYTES = 400 * 2**20
+BYTES_PER_ENTRY = 96
+
+Jobs = int | Literal["auto"]
+T = TypeVar("T")
+Analyse = Callable[..., ShardOutcome]
+
+
+@dataclass(frozen=True)
+class Part:
+    """Steps ``start .. stop − 1`` (positions in the shard) of the shard ``shard`` (its
+    position in ``Dump.shards``), one of ``of`` parts of it."""
+
+    shard: int
+    start: int
+    stop: int
+    of: int
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system tells it)."""
+    with contextlib.suppress(AttributeError, OSError):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to new processes (``MemAvailable``), or None if unknown."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/meminfo", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return None
+
+
+def resolve_jobs(jobs: Jobs, steps: int, vocab: int | None, config: AnalysisConfig) -> int:
+    """The number of processes a run uses.
+
+    An integer is taken as it is. ``"auto"`` gives one process per usable core
+    (:func:`usable_cores`), at most as many as the memory available holds
+    (``BASE_BYTES + BYTES_PER_ENTRY × chunk_steps × V`` each, with a fifth of it kept free)
+    and as the work needs (one process when ``steps × V`` is below
+    :data:`MIN_PARALLEL_ENTRIES`, or when the bounds run on a torch device, which the
+    processes would share).
+
+    Parameters
+    ----------
+    jobs : int or "auto"
+    steps : int
+        Steps the run analyses.
+    vocab : int or None
+        The dump's vocabulary size (None if unknown: taken as small).
+    config : AnalysisConfig
+
+    Raises
+    ------
+    ValueError
+        ``jobs`` is neither an integer ``>= 1`` nor ``"auto"``.
+    """
+    if jobs == AUTO:
+        width = vocab or 1
+        if config.device is not None or steps * width < MIN_PARALLEL_ENTRIES:
+            return 1
+        count = usable_cores()
+        memory = available_memory()
+        if memory is not None:
+            each = BASE_BYTES + BYTES_PER_ENTRY * min(config.chunk_steps, steps) * width
+            count = min(count, int(0.8 * memory) // each)
+        return max(1, min(count, steps))
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be an integer >= 1 or 'auto', got {jobs!r}")
+    return jobs
+
+
+def plan_parts(sizes: dict[int, int], jobs: int) -> list[Part]:
+    """The parts the shards ``sizes`` (position -> steps to analyse) are cut into for ``jobs``
+    processes, in shard order.
+
+    Whole shards when there are at least :data:`PARTS_PER_JOB` of them a process; else each
+    shard is cut into near-equal parts of about ``total / (PARTS_PER_JOB × jobs)`` steps (at
+    least :data:`MIN_PART_STEPS`), so that the processes finish together.
+
+    Examples
+    --------
+    >>> [(p.shard, p.start, p.stop) for p in plan_parts({0: 100, 1: 20}, 2)]
+    [(0, 0, 16), (0, 16, 33), (0, 33, 50), (0, 50, 66), (0, 66, 83), (0, 83, 100), (1, 0, 20)]
+    """
+    if len(sizes) >= PARTS_PER_JOB * jobs:
+        return [Part(shard, 0, steps, 1) for shard, steps in sizes.items()]
+    total = sum(sizes.values())
+    target = max(MIN_PART_STEPS, math.ceil(total / (PARTS_PER_JOB * jobs)))
+    parts = []
+    for shard, steps in sizes.items():
+        count = max(1, round(steps / target))
+        bounds = [steps * i // count for i in range(count + 1)]
+        parts += [Part(shard, a, b, count) for a, b in itertools.pairwise(bounds)]
+    return parts
+
+
+def _single_threaded() -> None:
+    """Worker start-up: one numba thread per process (the processes share the cores)."""
+    with contextlib.suppress(ImportError, ValueError):
+        import numba
+
+        numba.set_num_threads(1)
+
+
+@contextlib.contextmanager
+def _one_numba_thread() -> Iterator[None]:
+    """This process's compiled kernels on one thread while the workers hold the other cores."""
+    try:
+        import numba
+    except ImportError:  # pragma: no cover - numba is a dependency
+        yield
+        return
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(threads)
+
+
+class _Merger:
+    """Collects the parts of each shard; a shard's outcome once all its parts are in, or its
+    first error (the rest of its parts are then dropped)."""
+
+    def __init__(self, temperatures: tuple[float, ...]) -> None:
+        self._temperatures = temperatures
+        self._parts: dict[int, list[tuple[int, ShardOutcome]]] = {}
+        self._failed: set[int] = set()
+
+    def add(
+        self, part: Part, outcome: ShardOutcome | Exception
+    ) -> Iterator[tuple[int, ShardOutcome | Exception]]:
+        if part.shard in self._failed:
+            return
+        if isinstance(outcome, Exception):
+            self._failed.add(part.shard)
+            self._parts.pop(part.shard, None)
+            yield part.shard, outcome
+            return
+        got = self._parts.setdefault(part.shard, [])
+        got.append((part.start, outcome))
+        if len(got) == part.of:
+            del self._parts[part.shard]
+            in_order = [o for _, o in sorted(got, key=lambda g: g[0])]
+            yield part.shard, merge_parts(in_order, self._temperatures)
+
+
+class _Feeders:
+    """Threads that keep each worker process on one part at a time, taken from the front of
+    a queue shared with this process; the outcomes come back through :attr:`done`. A thread
+    that finds the queue empty runs ``then`` once in its worker (a warm-up for what comes
+    after the parts) and ends."""
+
+    def __init__(
+        self,
+        workers: int,
+        work: Callable[[Part], Future[Any]],
+        then: Callable[[], Future[Any]] | None,
+    ) -> None:
+        self._work, self._then = work, then
+        self.running = workers
+        self._queue: deque[Part] = deque()
+        self._lock = threading.Lock()
+        self._stopped = False
+        self.done: queue.SimpleQueue[tuple[Part, ShardOutcome | Exception] | None] = (
+            queue.SimpleQueue()
+        )
+        self._threads = [threading.Thread(target=self._feed, daemon=True) for _ in range(workers)]
+
+    def start(self, parts: list[Part]) -> None:
+        self._queue.extend(parts)
+        for thread in self._threads:
+            thread.start()
+
+    def take(self) -> Part | None:
+        """The next part, or None when there are none left (or after :meth:`stop`)."""
+        with self._lock:
+            return self._queue.popleft() if self._queue else None
+
+    def stop(self) -> None:
+        """Start no more parts (the running ones end in their workers; the pool's shutdown
+        waits for them)."""
+        with self._lock:
+            self._queue.clear()
+            self._stopped = True
+
+    def arrived(self, block: bool) -> list[tuple[Part, ShardOutcome | Exception]]:
+        """The outcomes the workers have handed back (waiting for one with ``block`` while a
+        worker still runs); :attr:`running` counts the threads not finished yet."""
+        items = []
+        while self.running and (block or not self.done.empty()):
+            item = self.done.get()
+            if item is None:
+                self.running -= 1
+            else:
+                items.append(item)
+                block = False
+        return items
+
+    def _feed(self) -> None:
+        try:
+            while (part := self.take()) is not None:
+                outcome: ShardOutcome | Exception
+                try:
+                    outcome = self._work(part).result()
+                except Exception as exc:  # to the caller, with the part it came from
+                    outcome = exc
+                self.done.put((part, outcome))
+        finally:
+            self.done.put(None)
+        if self._then is not None and not self._stopped:
+            with contextlib.suppress(Exception):  # a warm-up: what it prepares fails later
+                self._then().result()
+
+
+class LocalProcesses:
+    """``jobs − 1`` spawned worker processes beside this one, for the parts of a run
+    (:meth:`analyse`) and then its figures (:meth:`beside`); a context manager.
+
+    Parameters
+    ----------
+    jobs : int
+        Processes in all, this one included (at least 2).
+    warm : callable, optional
+        Run once in each worker when the parts run out (module level, so that it pickles):
+        the imports of what :meth:`beside` will run there, done while this process finishes
+        its last part.
+    """
+
+    def __init__(self, jobs: int, warm: Callable[[], Any] | None = None) -> None:
+        if jobs < 2:
+            raise ValueError(f"LocalProcesses needs jobs >= 2, got {jobs}")
+        self.jobs = jobs
+        self._warm = warm
+        self._pool = ProcessPoolExecutor(
+            jobs - 1, mp_context=multiprocessing.get_context("spawn"), initializer=_single_threaded
+        )
+
+    def __enter__(self) -> LocalProcesses:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def analyse(
+        self,
+        analyse: Analyse,
+        dump: Dump,
+        parts: list[Part],
+        config: AnalysisConfig,
+        progress: Callable[[int], Any],
+    ) -> Generator[tuple[int, ShardOutcome | Exception], None, None]:
+        """Run ``analyse(dump, shard, config, progress, steps=(start, stop))`` on every part,
+        in the workers and in this process; yield ``(shard, outcome)`` for each shard once
+        all its parts are done (merged in step order), or ``(shard, exception)`` at its first
+        failed part.
+
+        All processes take the parts in order from one queue, so this one works while the
+        workers start (a spawned interpreter imports the analysis and loads the compiled
+        kernels, about a second), and a thread per worker hands it its next part as soon as
+        it is done. Every process runs its kernels on one thread. Closing the generator
+        starts no more parts (leaving the context waits for the running ones).
+        """
+        merger = _Merger(config.temperatures)
+        pool = self._pool
+
+        def in_worker(part: Part) -> Future[Any]:
+            return pool.submit(analyse, dump, part.shard, config, steps=(part.start, part.stop))
+
+        def warm() -> Future[Any]:
+            assert self._warm is not None
+            return pool.submit(self._warm)
+
+        feeders = _Feeders(self.jobs - 1, in_worker, None if self._warm is None else warm)
+
+        def arrived(block: bool) -> Iterator[tuple[int, ShardOutcome | Exception]]:
+            for part, outcome in feeders.arrived(block):
+                if isinstance(outcome, ShardOutcome):
+                    progress(outcome.steps)
+                yield from merger.add(part, outcome)
+
+        try:
+            with _one_numba_thread():
+                feeders.start(parts)
+                while (part := feeders.take()) is not None:
+                    outcome: ShardOutcome | Exception
+                    try:
+                        outcome = analyse(
+                            dump, part.shard, config, progress, steps=(part.start, part.stop)
+                        )
+                    except Exception as exc:  # to the caller, as a worker's would be
+                        outcome = exc
+                    yield from merger.add(part, outcome)
+                    yield from arrived(block=False)
+                while feeders.running:  # the workers' last parts
+                    yield from arrived(block=True)
+        finally:
+            feeders.stop()
+
+    def beside(self, tasks: list[Callable[[], T]]) -> list[T]:
+        """``[task() for task in tasks]``, task ``i`` in a worker unless ``i`` is a multiple
+        of ``jobs`` (each task pickles: a bound method of a picklable object, say), the rest
+        here at the same time."""
+        there = {i: self._pool.submit(task) for i, task in enumerate(tasks) if i % self.jobs}
+        mine = {i: task() for i, task in enumerate(tasks) if not i % self.jobs}
+        return [mine[i] if i in mine else there[i].result() for i in range(len(tasks))]
