@@ -1,8 +1,6 @@
 """``python -m otbound``: the ``otbound`` command (:mod:`otbound.cli.main`)."""
 
-import sys
-
-from otbound.cli.main import main
+from otbound.cli.main import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

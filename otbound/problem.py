@@ -100,15 +100,17 @@ class Step:
     def ratio_order(self) -> np.ndarray:
         """The tokens with ``q > 0`` of a one-step ``Step`` by increasing ``p / q``, ties by
         token id (int64: :func:`otbound._sorting.ratio_argsort`), sorted once per ``Step`` for
-        every verifier and ``n`` that reads it."""
-        from otbound._sorting import ratio_argsort
+        every verifier and ``n`` that reads it, and kept in the verifiers' cache of sort
+        orders (:func:`otbound.verifiers._step_cache.ratio_order`), so that a verifier that
+        sees only ``p`` and ``q`` (an estimate's ``_conditional``) does not sort them again."""
+        from otbound.verifiers._step_cache import ratio_order
 
         if self.p.ndim != 1 or self.q.ndim != 1:
             raise ValueError(
                 f"ratio_order is defined for one step (p and q of shape (V,)), got "
                 f"{self.p.shape} and {self.q.shape}"
             )
-        return ratio_argsort(self.p, self.q)
+        return ratio_order(self.p, self.q)
 
     @property
     def batch(self) -> tuple[int, ...]:

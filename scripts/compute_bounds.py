@@ -5,9 +5,8 @@
 See ``--help`` and ``otbound/cli/compute_bounds.py``.
 """
 
-import sys
-
+from otbound.cli._common import exit_now
 from otbound.cli.compute_bounds import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

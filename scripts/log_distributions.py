@@ -5,9 +5,8 @@
 See ``--help`` and ``otbound/cli/log_distributions.py``.
 """
 
-import sys
-
+from otbound.cli._common import exit_now
 from otbound.cli.log_distributions import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -46,15 +46,20 @@ def test_parts_cover_every_step_once_in_order(sizes: list[int], jobs: int) -> No
         assert all(p.start < p.stop for p in mine) or steps == 0
     if len(sizes) >= _parallel.PARTS_PER_JOB * jobs:
         assert len(parts) == len(sizes)  # whole shards: enough of them to share
-    else:  # no part is much larger than the share aimed at
-        target = max(_parallel.MIN_PART_STEPS, -(-sum(sizes) // (_parallel.PARTS_PER_JOB * jobs)))
-        assert max(p.stop - p.start for p in parts) < 2 * target
+    else:  # no part above a share of the work left (plus a sliver), none below the least
+        largest = max(_parallel.MIN_PART_STEPS, -(-sum(sizes) // (2 * jobs)))
+        least = _parallel.MIN_PART_STEPS // 2
+        for part in parts:
+            assert part.stop - part.start < largest + least
+            assert part.stop - part.start >= least or part.of == 1
 
 
-def test_a_large_shard_is_cut_into_near_equal_parts() -> None:
+def test_parts_shrink_as_the_work_is_handed_out() -> None:
     parts = _parallel.plan_parts({0: 576}, 2)
     lengths = [p.stop - p.start for p in parts]
-    assert len(parts) == 2 * _parallel.PARTS_PER_JOB and max(lengths) - min(lengths) <= 1
+    assert lengths[0] == 144 and lengths == sorted(lengths, reverse=True)
+    assert lengths[-1] <= _parallel.MIN_PART_STEPS + _parallel.MIN_PART_STEPS // 2
+    assert sum(lengths) == 576 and all(p.of == len(parts) for p in parts)
 
 
 # -- how many processes ------------------------------------------------------------------------
@@ -141,7 +146,10 @@ def test_a_run_in_parts_on_two_processes_gives_the_files_of_one(
 
 def test_tasks_beside_the_workers_come_back_in_order() -> None:
     with _parallel.LocalProcesses(2) as workers:
-        assert workers.beside(["ab".upper, "cd".upper, "ef".upper]) == ["AB", "CD", "EF"]
+        seen = []
+        tasks = ["ab".upper, "cd".upper, "ef".upper]
+        assert workers.beside(tasks, meanwhile=lambda: seen.append(1)) == ["AB", "CD", "EF"]
+        assert seen == [1]
         assert workers.beside([]) == []
     with pytest.raises(ValueError, match="jobs >= 2"):
         _parallel.LocalProcesses(1)

@@ -4,6 +4,7 @@ processes and in this one."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import itertools
 import math
@@ -114,33 +115,49 @@ def plan_parts(sizes: dict[int, int], jobs: int) -> list[Part]:
     """The parts the shards ``sizes`` (position -> steps to analyse) are cut into for ``jobs``
     processes, in shard order.
 
-    Whole shards when there are at least :data:`PARTS_PER_JOB` of them a process; else each
-    shard is cut into near-equal parts of about ``total / (PARTS_PER_JOB × jobs)`` steps (at
-    least :data:`MIN_PART_STEPS`), so that the processes finish together.
+    Whole shards when there are at least :data:`PARTS_PER_JOB` of them a process. Else the
+    parts shrink as the work is handed out (guided scheduling): each holds
+    ``⌈R / (2 jobs)⌉`` of the ``R`` steps not yet handed out, at least
+    :data:`MIN_PART_STEPS` (and a shard's rest below half that joins its last part), cut at
+    the shards' ends. The processes take the parts in order, so the large first parts keep
+    the overhead per part small, and the small last ones let the processes finish together.
 
     Examples
     --------
     >>> [(p.shard, p.start, p.stop) for p in plan_parts({0: 100, 1: 20}, 2)]
-    [(0, 0, 16), (0, 16, 33), (0, 33, 50), (0, 50, 66), (0, 66, 83), (0, 83, 100), (1, 0, 20)]
+    [(0, 0, 30), (0, 30, 53), (0, 53, 70), (0, 70, 86), (0, 86, 100), (1, 0, 20)]
     """
     if len(sizes) >= PARTS_PER_JOB * jobs:
         return [Part(shard, 0, steps, 1) for shard, steps in sizes.items()]
-    total = sum(sizes.values())
-    target = max(MIN_PART_STEPS, math.ceil(total / (PARTS_PER_JOB * jobs)))
+    remaining = sum(sizes.values())
     parts = []
     for shard, steps in sizes.items():
-        count = max(1, round(steps / target))
-        bounds = [steps * i // count for i in range(count + 1)]
+        bounds = [0]
+        while bounds[-1] < steps:
+            size = max(MIN_PART_STEPS, math.ceil(remaining / (2 * jobs)))
+            stop = min(steps, bounds[-1] + size)
+            if steps - stop < MIN_PART_STEPS // 2:  # no sliver of a shard on its own
+                stop = steps
+            remaining -= stop - bounds[-1]
+            bounds.append(stop)
+        count = max(1, len(bounds) - 1)
+        if steps == 0:
+            bounds = [0, 0]
         parts += [Part(shard, a, b, count) for a, b in itertools.pairwise(bounds)]
     return parts
 
 
-def _single_threaded() -> None:
-    """Worker start-up: one numba thread per process (the processes share the cores)."""
+def _start_worker() -> None:
+    """Worker start-up: one numba thread per process (the processes share the cores), and an
+    exit without the interpreter's teardown (``os._exit`` once the ``atexit`` handlers
+    registered after this one have run): the pool's shutdown waits for its workers to end,
+    and freeing numba's libraries and pandas object by object took 0.35 s of it. A worker
+    writes no file that is still open when its task returns."""
     with contextlib.suppress(ImportError, ValueError):
         import numba
 
         numba.set_num_threads(1)
+    atexit.register(os._exit, 0)
 
 
 @contextlib.contextmanager
@@ -263,9 +280,9 @@ class LocalProcesses:
     jobs : int
         Processes in all, this one included (at least 2).
     warm : callable, optional
-        Run once in each worker when the parts run out (module level, so that it pickles):
-        the imports of what :meth:`beside` will run there, done while this process finishes
-        its last part.
+        Run once in each process, this one included, when the parts run out (module level,
+        so that it pickles): the imports of what :meth:`beside` will run, done while the
+        other processes finish their last parts.
     """
 
     def __init__(self, jobs: int, warm: Callable[[], Any] | None = None) -> None:
@@ -274,7 +291,7 @@ class LocalProcesses:
         self.jobs = jobs
         self._warm = warm
         self._pool = ProcessPoolExecutor(
-            jobs - 1, mp_context=multiprocessing.get_context("spawn"), initializer=_single_threaded
+            jobs - 1, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker
         )
 
     def __enter__(self) -> LocalProcesses:
@@ -296,8 +313,8 @@ class LocalProcesses:
         all its parts are done (merged in step order), or ``(shard, exception)`` at its first
         failed part.
 
-        All processes take the parts in order from one queue, so this one works while the
-        workers start (a spawned interpreter imports the analysis and loads the compiled
+        All processes take the parts in order from one queue (this one the first, as the
+        workers start later: a spawned interpreter imports the analysis and loads the compiled
         kernels, about a second), and a thread per worker hands it its next part as soon as
         it is done. Every process runs its kernels on one thread. Closing the generator
         starts no more parts (leaving the context waits for the running ones).
@@ -322,8 +339,10 @@ class LocalProcesses:
 
         try:
             with _one_numba_thread():
-                feeders.start(parts)
-                while (part := feeders.take()) is not None:
+                # this process takes the first part before the workers (which start later)
+                feeders.start(parts[1:])
+                part: Part | None = parts[0] if parts else None
+                while part is not None:
                     outcome: ShardOutcome | Exception
                     try:
                         outcome = analyse(
@@ -333,15 +352,24 @@ class LocalProcesses:
                         outcome = exc
                     yield from merger.add(part, outcome)
                     yield from arrived(block=False)
+                    part = feeders.take()
+                if self._warm is not None and feeders.running:  # while the last parts run
+                    self._warm()
                 while feeders.running:  # the workers' last parts
                     yield from arrived(block=True)
         finally:
             feeders.stop()
 
-    def beside(self, tasks: list[Callable[[], T]]) -> list[T]:
-        """``[task() for task in tasks]``, task ``i`` in a worker unless ``i`` is a multiple
-        of ``jobs`` (each task pickles: a bound method of a picklable object, say), the rest
-        here at the same time."""
-        there = {i: self._pool.submit(task) for i, task in enumerate(tasks) if i % self.jobs}
-        mine = {i: task() for i, task in enumerate(tasks) if not i % self.jobs}
-        return [mine[i] if i in mine else there[i].result() for i in range(len(tasks))]
+    def beside(
+        self, tasks: list[Callable[[], T]], meanwhile: Callable[[], object] | None = None
+    ) -> list[T]:
+        """``[task() for task in tasks]``: task ``i`` here when ``i + 1`` is a multiple of
+        ``jobs``, the others in the workers (each task pickles: a bound method of a picklable
+        object, say), handed out first; ``meanwhile()`` runs here before this process's own
+        tasks."""
+        mine = {i for i in range(len(tasks)) if (i + 1) % self.jobs == 0}
+        there = {i: self._pool.submit(t) for i, t in enumerate(tasks) if i not in mine}
+        if meanwhile is not None:
+            meanwhile()
+        done = {i: tasks[i]() for i in sorted(mine)}
+        return [done[i] if i in done else there[i].result() for i in range(len(tasks))]

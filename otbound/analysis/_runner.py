@@ -507,22 +507,35 @@ def _write_outputs(
     workers when there are some. Returns the skipped cells."""
     out = result.out
     summary, histogram, rows = _assemble(store, shards, out, level)
-    result.skipped_cells = _write_skipped_cells(store, shards, out)
-    result.cells = rows + len(result.skipped_cells)
-    with atomic_output(out / SUMMARY_FILE) as tmp:
-        summary.to_csv(tmp, index=False)
-    with atomic_output(out / SUMMARY_PARQUET) as tmp:
-        summary.to_parquet(tmp, index=False)
-    with atomic_output(out / HISTOGRAM_FILE) as tmp:
-        histogram.to_csv(tmp, index=False)
-    result.files = [out / name for name in _FINAL_FILES]
-    if figures:
+
+    skipped_cells = pd.DataFrame()
+
+    def tables() -> None:
+        nonlocal skipped_cells
+        skipped_cells = result.skipped_cells = _write_skipped_cells(store, shards, out)
+        with atomic_output(out / SUMMARY_FILE) as tmp:
+            summary.to_csv(tmp, index=False)
+        with atomic_output(out / SUMMARY_PARQUET) as tmp:
+            summary.to_parquet(tmp, index=False)
+        with atomic_output(out / HISTOGRAM_FILE) as tmp:
+            histogram.to_csv(tmp, index=False)
+
+    drawn: list[Path] = []
+    if not figures:
+        tables()
+    else:  # the figures first to the workers, then the tables and this process's figures
         from otbound.plots import run_figures
 
-        drawn = [figure.save for figure in run_figures(summary, histogram, out)]
-        result.files += workers.beside(drawn) if workers else [save() for save in drawn]
+        saves = [figure.save for figure in run_figures(summary, histogram, out)]
+        if workers is not None:
+            drawn = workers.beside(saves, meanwhile=tables)
+        else:
+            tables()
+            drawn = [save() for save in saves]
+    result.cells = rows + len(skipped_cells)
+    result.files = [out / name for name in _FINAL_FILES] + drawn
     result.summary = summary
-    return result.skipped_cells
+    return skipped_cells
 
 
 def _version() -> str:

@@ -4,6 +4,7 @@ options, and output directories that are checked before any work starts."""
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import sys
 import tempfile
@@ -61,6 +62,28 @@ def _warning_printer(prog: str) -> Callable[..., None]:
         print(f"{prog}: warning: {_one_line(message)}", file=sys.stderr)
 
     return show
+
+
+def exit_now(status: int | None) -> NoReturn:
+    """End the process with ``status``, without the interpreter's teardown.
+
+    The standard streams are flushed and the ``atexit`` handlers run (every cleanup
+    registered with :mod:`atexit` or :class:`weakref.finalize`, in their order); then
+    :func:`os._exit` skips the freeing of every object and module, which the operating system
+    does at once: about 0.35 s after an analysis (numba's compiled libraries, pandas,
+    matplotlib). The commands write every output file before they return, atomically, so
+    nothing is lost. Only for a command's entry point, never inside a library call.
+    """
+    code = 0 if status is None else int(status)
+    try:
+        run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
+        if run_exit_handlers is not None:
+            run_exit_handlers()
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    finally:
+        os._exit(code)
 
 
 def run_command(prog: str, work: Callable[[], int]) -> int:

@@ -16,9 +16,10 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 from otbound import __version__
+from otbound.cli._common import exit_now
 
 PROG = "otbound"
 
@@ -105,3 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def run() -> NoReturn:
+    """The ``otbound`` executable: :func:`main` on the command line, then the process ends
+    (:func:`otbound.cli._common.exit_now`)."""
+    exit_now(main())
