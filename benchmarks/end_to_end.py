@@ -1,6 +1,6 @@
 """compute_bounds end to end on a large dump (a benchmark, not a test).
 
-Run: ``python benchmarks/end_to_end.py [--steps 10000] [--vocab 32000] [--jobs 1,2]``.
+Run: ``python benchmarks/end_to_end.py [--steps 10000] [--vocab 32000] [--jobs 1,auto]``.
 
 1. Writes (once, reused) an otbound dump of ``--steps`` steps of language-model-like float16
    logits over ``--vocab`` tokens, in shards of 1,024 steps (1.3 GB at the defaults).
@@ -90,7 +90,7 @@ def stages(path: Path) -> list[tuple[str, float]]:
     return [(name, seconds / steps) for name, seconds in out]
 
 
-def child(path: Path, jobs: int) -> None:
+def child(path: Path, jobs: int | str) -> None:
     """One whole run, in this fresh process; prints its numbers as JSON."""
     out = Path(tempfile.mkdtemp(prefix="otbound-e2e-out-"))
     start = time.perf_counter()
@@ -146,13 +146,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--vocab", type=int, default=32_000)
-    parser.add_argument("--jobs", default="1,2")
+    parser.add_argument("--jobs", default="1,auto", help="processes per run: integers or auto")
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "otbound-e2e"))
-    parser.add_argument("--child-jobs", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child-jobs", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     path = Path(args.workdir) / f"dump-{args.steps}x{args.vocab}"
     if args.child_jobs is not None:
-        child(path, args.child_jobs)
+        child(path, args.child_jobs if args.child_jobs == "auto" else int(args.child_jobs))
         return
     start = time.perf_counter()
     make_dump(path, args.steps, args.vocab)
@@ -172,7 +172,7 @@ def main() -> None:
         "peak memory, all processes (MB) |"
     )
     print("|---|---|---|---|---|")
-    for jobs in (int(j) for j in args.jobs.split(",")):
+    for jobs in args.jobs.split(","):
         r, main_mb, tree_mb = measured_run(
             [
                 sys.executable,
@@ -184,7 +184,7 @@ def main() -> None:
                 "--workdir",
                 args.workdir,
                 "--child-jobs",
-                str(jobs),
+                jobs,
             ]
         )
         print(

@@ -85,12 +85,33 @@ def test_bounds_without_a_dump_outside_the_clone_says_where_the_sample_is(
 
 
 def test_console_script_is_declared():
-    """``pip install`` puts ``otbound`` on the PATH: the entry point names :func:`main`."""
+    """``pip install`` puts ``otbound`` on the PATH: the entry point is :func:`run`, which
+    ends the process with :func:`main`'s status."""
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert project["scripts"] == {"otbound": "otbound.cli.main:main"}
+    assert project["scripts"] == {"otbound": "otbound.cli.main:run"}
     assert "version" in project["dynamic"]
+
+
+def test_a_command_ends_after_its_exit_handlers_with_its_status():
+    """``exit_now``: the atexit handlers run and the streams are flushed, then the process
+    ends with the status (without the interpreter's teardown)."""
+    code = (
+        "import atexit, sys\n"
+        "from otbound.cli._common import exit_now\n"
+        "atexit.register(lambda: print('handler', file=sys.stderr))\n"
+        "print('written', end='')\n"
+        "exit_now(3)\n"
+        "print('never')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 3
+    assert done.stdout == "written" and done.stderr == "handler\n"
+    version = subprocess.run(
+        [sys.executable, "-m", "otbound", "--version"], capture_output=True, text=True
+    )
+    assert version.returncode == 0 and version.stdout.startswith("otbound ")
 
 
 def test_import_otbound_does_not_load_cvxpy_or_scipy_stats():
