@@ -85,10 +85,14 @@ def test_auto_jobs(monkeypatch) -> None:
     assert _parallel.resolve_jobs("auto", 100, None, config) == 1  # an empty dump
     on_gpu = AnalysisConfig(**SMALL, device="cpu")
     assert _parallel.resolve_jobs("auto", 576, 8192, on_gpu) == 1  # torch: one process
-    # the memory: each process holds a chunk of 256 steps × V
+    # the memory: each process holds a chunk of 256 steps × V and the shard it reads
     each = _parallel.BASE_BYTES + _parallel.BYTES_PER_ENTRY * 256 * 151_936
     monkeypatch.setattr(_parallel, "available_memory", lambda: int(3 * each / 0.8) + 1)
     assert _parallel.resolve_jobs("auto", 10_000, 151_936, config) == 3
+    shard = _parallel.BYTES_PER_SHARD_ENTRY * 1024 * 151_936
+    monkeypatch.setattr(_parallel, "available_memory", lambda: int(3 * (each + shard) / 0.8) + 1)
+    assert _parallel.resolve_jobs("auto", 10_000, 151_936, config, shard_steps=1024) == 3
+    assert _parallel.resolve_jobs("auto", 10_000, 151_936, config, shard_steps=4096) == 1
     monkeypatch.setattr(_parallel, "available_memory", lambda: 10)
     assert _parallel.resolve_jobs("auto", 10_000, 151_936, config) == 1
     monkeypatch.setattr(_parallel, "available_memory", lambda: None)  # unknown: the cores

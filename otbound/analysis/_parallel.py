@@ -24,7 +24,8 @@ from otbound.dumps import Dump
 
 #: ``jobs="auto"``: one process per usable core, as many as the memory and the work allow.
 AUTO = "auto"
-#: Parts per process aimed at when a dump has too few shards to share them evenly as they are.
+#: A dump with at least this many shards a process runs them whole (they share the work
+#: evenly as they are); one with fewer is cut into parts of shards (:func:`plan_parts`).
 PARTS_PER_JOB = 6
 #: The fewest steps a part of a shard holds (a part re-reads its shard: reading is cheap
 #: against analysing, but not free).
@@ -32,11 +33,13 @@ MIN_PART_STEPS = 16
 #: Below this many vocabulary entries in all (steps × V) a run stays in one process: starting
 #: a worker (an interpreter, the imports, the compiled kernels) costs about a second.
 MIN_PARALLEL_ENTRIES = 2**20
-#: Memory one process needs: a fixed part (the interpreter and the libraries), then bytes per
-#: entry of a chunk of ``chunk_steps × V`` (the rows as read, ``p`` and ``q`` in float64 and
-#: the verifiers' work arrays; about 1 GB at V = 32,000 and 256 steps was measured).
+#: Memory one process needs: a fixed part (the interpreter and the libraries), bytes per
+#: entry of a chunk of ``chunk_steps × V`` (``p`` and ``q`` in float64 and the verifiers' work
+#: arrays; about 1 GB at V = 32,000 and 256 steps was measured), and bytes per entry of the
+#: shard it reads (16-bit logits of both models become float32 for the whole shard).
 BASE_BYTES = 400 * 2**20
 BYTES_PER_ENTRY = 96
+BYTES_PER_SHARD_ENTRY = 8
 
 Jobs = int | Literal["auto"]
 T = TypeVar("T")
@@ -72,14 +75,16 @@ def available_memory() -> int | None:
     return None
 
 
-def resolve_jobs(jobs: Jobs, steps: int, vocab: int | None, config: AnalysisConfig) -> int:
+def resolve_jobs(
+    jobs: Jobs, steps: int, vocab: int | None, config: AnalysisConfig, shard_steps: int = 0
+) -> int:
     """The number of processes a run uses.
 
     An integer is taken as it is. ``"auto"`` gives one process per usable core
     (:func:`usable_cores`), at most as many as the memory available holds
-    (``BASE_BYTES + BYTES_PER_ENTRY × chunk_steps × V`` each, with a fifth of it kept free)
-    and as the work needs (one process when ``steps × V`` is below
-    :data:`MIN_PARALLEL_ENTRIES`, or when the bounds run on a torch device, which the
+    (``BASE_BYTES + (BYTES_PER_ENTRY × chunk_steps + BYTES_PER_SHARD_ENTRY × shard_steps) × V``
+    each, with a fifth of it kept free) and as the work needs (one process when ``steps × V``
+    is below :data:`MIN_PARALLEL_ENTRIES`, or when the bounds run on a torch device, which the
     processes would share).
 
     Parameters
@@ -90,6 +95,8 @@ def resolve_jobs(jobs: Jobs, steps: int, vocab: int | None, config: AnalysisConf
     vocab : int or None
         The dump's vocabulary size (None if unknown: taken as small).
     config : AnalysisConfig
+    shard_steps : int, default 0
+        Steps of the largest shard the run reads.
 
     Raises
     ------
@@ -103,7 +110,8 @@ def resolve_jobs(jobs: Jobs, steps: int, vocab: int | None, config: AnalysisConf
         count = usable_cores()
         memory = available_memory()
         if memory is not None:
-            each = BASE_BYTES + BYTES_PER_ENTRY * min(config.chunk_steps, steps) * width
+            chunk = BYTES_PER_ENTRY * min(config.chunk_steps, steps)
+            each = BASE_BYTES + (chunk + BYTES_PER_SHARD_ENTRY * shard_steps) * width
             count = min(count, int(0.8 * memory) // each)
         return max(1, min(count, steps))
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:

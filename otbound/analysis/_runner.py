@@ -481,7 +481,8 @@ def _local_processes(
     """The worker processes of a local run that takes more than one (:func:`resolve_jobs`),
     or None."""
     steps = sum(pending.values())
-    processes = resolve_jobs(jobs, steps, dump.vocab_size, config)
+    largest = max(pending.values(), default=0)
+    processes = resolve_jobs(jobs, steps, dump.vocab_size, config, largest)
     if dask is not None or processes < 2 or steps < 2:
         yield None
         return
