@@ -320,8 +320,9 @@ def run_analysis(
 
     Shards are independent: each is analysed by :func:`analyse_shard` in this process
     (``jobs=1``), in ``jobs`` local processes (this one and ``jobs − 1`` spawned workers;
-    a dump with fewer than four shards a process is cut into parts of shards, so that the
-    processes share the work evenly), or on a dask.distributed cluster (``dask`` is the
+    a dump with fewer than six shards a process is cut into parts of shards, so that the
+    processes share the work evenly: :func:`otbound.analysis._parallel.plan_parts`), or on a
+    dask.distributed cluster (``dask`` is the
     scheduler's address; the workers must be able to read the dump at the same path). The
     rows are the same bit for bit whichever way a run goes: a step's rows depend on the step,
     the settings and the seed only.
