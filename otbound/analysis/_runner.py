@@ -240,35 +240,40 @@ def _describe(exc: BaseException) -> str:
     return text if isinstance(exc, ValueError | OSError) and text else f"{name}: {text}"
 
 
-def _assemble(
-    store: _ShardStore, shards: list[ShardInfo], out: Path, level: float
+def _summarise_shards(
+    store: _ShardStore, shards: list[ShardInfo], level: float
 ) -> tuple[pd.DataFrame, pd.DataFrame, int]:
-    """Stream the shard tables into ``steps.parquet``; the summary, the gap histogram and the
-    number of rows."""
+    """The summary, the gap histogram and the number of rows of the shard tables (one shard
+    in memory at a time)."""
     sums: list[pd.DataFrame] = []
     histograms: list[pd.DataFrame] = []
     count = 0
+    for info in shards:
+        rows = store.rows(info.id)
+        count += len(rows)
+        sums.append(cluster_sums(rows))
+        histograms.append(gap_histogram(rows))
+        if len(sums) >= _FOLD_EVERY:
+            sums = [fold_cluster_sums(sums)]
+    summary = summarise_clusters(fold_cluster_sums(sums), level)
+    return summary, merge_histograms(histograms), count
+
+
+def _write_steps(store: _ShardStore, shards: list[ShardInfo], out: Path) -> None:
+    """Stream the shard tables into ``steps.parquet``."""
     with atomic_output(out / STEPS_FILE) as tmp:
         writer: pq.ParquetWriter | None = None
         try:
             for info in shards:
-                rows = store.rows(info.id)
-                table = pa.Table.from_pandas(rows, preserve_index=False)
+                table = pa.Table.from_pandas(store.rows(info.id), preserve_index=False)
                 if writer is None:
                     writer = pq.ParquetWriter(tmp, table.schema)
                 writer.write_table(table)
-                count += len(rows)
-                sums.append(cluster_sums(rows))
-                histograms.append(gap_histogram(rows))
-                if len(sums) >= _FOLD_EVERY:
-                    sums = [fold_cluster_sums(sums)]
         finally:
             if writer is not None:
                 writer.close()
         if writer is None:
             pd.DataFrame().to_parquet(tmp)
-    summary = summarise_clusters(fold_cluster_sums(sums), level)
-    return summary, merge_histograms(histograms), count
 
 
 def _write_skipped_cells(store: _ShardStore, shards: list[ShardInfo], out: Path) -> pd.DataFrame:
@@ -505,15 +510,18 @@ def _write_outputs(
     workers: LocalProcesses | None,
 ) -> pd.DataFrame:
     """The final tables and figures of a run whose shards all succeeded, into ``result.out``
-    (``result``'s cells, files and summary filled in); the figures are drawn beside the
-    workers when there are some. Returns the skipped cells."""
+    (``result``'s cells, files and summary filled in). The summary comes first, so that the
+    workers, when there are some, draw the figures while this process writes the tables
+    (the shard tables are read twice: for the summary, then into ``steps.parquet``). Returns
+    the skipped cells."""
     out = result.out
-    summary, histogram, rows = _assemble(store, shards, out, level)
+    summary, histogram, rows = _summarise_shards(store, shards, level)
 
     skipped_cells = pd.DataFrame()
 
     def tables() -> None:
         nonlocal skipped_cells
+        _write_steps(store, shards, out)
         skipped_cells = result.skipped_cells = _write_skipped_cells(store, shards, out)
         with atomic_output(out / SUMMARY_FILE) as tmp:
             summary.to_csv(tmp, index=False)
