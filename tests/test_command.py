@@ -114,6 +114,23 @@ def test_a_command_ends_after_its_exit_handlers_with_its_status():
     assert version.returncode == 0 and version.stdout.startswith("otbound ")
 
 
+def test_a_command_whose_output_is_lost_does_not_end_with_status_0():
+    """stdout into a closed pipe: the flush fails, the status is 120 (as Python's own exit)
+    and stderr says so."""
+    code = (
+        "import os, sys\n"
+        "from otbound.cli._common import exit_now\n"
+        "read, write = os.pipe()\n"
+        "os.close(read)\n"
+        "sys.stdout = open(write, 'w')\n"
+        "print('lost')\n"
+        "exit_now(0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 120
+    assert "cannot write the output" in done.stderr
+
+
 def test_import_otbound_does_not_load_cvxpy_or_scipy_stats():
     """cvxpy and scipy.stats (half a second each to import) are loaded where they are used:
     the reference LP, the lossless check's p-value, a summary's intervals."""

@@ -3,7 +3,9 @@ and the rows of a run cut into parts against the rows of one process."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -82,6 +84,7 @@ def test_auto_jobs(monkeypatch) -> None:
     monkeypatch.setattr(_parallel, "available_memory", lambda: 64 * 2**30)
     assert _parallel.resolve_jobs("auto", 576, 8192, config) == 8
     assert _parallel.resolve_jobs("auto", 3, 8192, config) == 1  # too little work
+    assert _parallel.resolve_jobs("auto", 40, 32_000, config) == 3  # a part of 16 steps each
     assert _parallel.resolve_jobs("auto", 100, None, config) == 1  # an empty dump
     on_gpu = AnalysisConfig(**SMALL, device="cpu")
     assert _parallel.resolve_jobs("auto", 576, 8192, on_gpu) == 1  # torch: one process
@@ -108,16 +111,29 @@ def test_the_machine_is_read() -> None:
 # -- the rows ----------------------------------------------------------------------------------
 
 
-def test_parts_of_a_shard_give_its_rows(dump_path: Path) -> None:
-    dump = ob.open_dump(dump_path)
-    config = AnalysisConfig(**SMALL, temperatures=(1.0, 0.5), chunk_steps=4)
+@pytest.mark.parametrize("topk", [None, 8])
+def test_parts_of_a_shard_give_its_rows(tmp_path: Path, topk: int | None) -> None:
+    """Full rows (with skipped cells, two temperatures, chunks of 4 steps) and top-k rows
+    (interval rows come n by n inside a chunk): the parts, merged, are the whole shard's
+    table, and whatever the chunks, the rows come by temperature, then by step."""
+    write_dump(tmp_path / "dump", topk=topk)
+    dump = ob.open_dump(tmp_path / "dump")
+    if topk is None:
+        config = AnalysisConfig(**SMALL, temperatures=(1.0, 0.5), chunk_steps=4)
+    else:
+        config = AnalysisConfig(n=(2, 4), designs=("iid",), verifiers=(), chunk_steps=4)
     whole = analyse_shard(dump, 0, config)
     cuts = [0, 1, 6, 6, 12]
     parts = [analyse_shard(dump, 0, config, steps=(a, b)) for a, b in itertools.pairwise(cuts)]
     merged = merge_parts(parts, config.temperatures)
     assert merged.steps == whole.steps == SHARDS[0]
-    pd.testing.assert_frame_equal(merged.rows, whole.rows)
-    pd.testing.assert_frame_equal(merged.skipped_cells, whole.skipped_cells)
+    pd.testing.assert_frame_equal(merged.rows, whole.rows, check_exact=True)
+    pd.testing.assert_frame_equal(merged.skipped_cells, whole.skipped_cells, check_exact=True)
+    one_chunk = analyse_shard(dump, 0, dataclasses.replace(config, chunk_steps=256))
+    pd.testing.assert_frame_equal(one_chunk.rows, whole.rows, check_exact=True)
+    rank = whole.rows.temperature.map({t: -i for i, t in enumerate(config.temperatures)})
+    keys = list(zip(rank, whole.rows.step, strict=True))
+    assert keys == sorted(keys, key=lambda k: (-k[0], k[1]))
     with pytest.raises(ValueError, match=r"steps must lie in 0 \.\. 12"):
         analyse_shard(dump, 0, config, steps=(5, 13))
 
@@ -178,3 +194,91 @@ def test_a_bad_shard_cut_into_parts_is_reported_once(
     assert list(result.failures) == ["shard-00001"]
     assert "truncated" in result.failures["shard-00001"]
     assert not (tmp_path / "out" / "steps.parquet").exists()
+
+
+def _dies_in_a_worker(dump, shard, config, progress=None, *, steps=None):
+    """A worker killed by the system (module level: spawned workers import it)."""
+    import multiprocessing
+    import os
+
+    if multiprocessing.parent_process() is not None:
+        os._exit(1)
+    return analyse_shard(dump, shard, config, progress, steps=steps)
+
+
+def test_a_worker_that_dies_stops_the_run_with_words_for_it(
+    dump_path: Path, tmp_path: Path, monkeypatch
+) -> None:
+    from otbound.analysis import AnalysisError, _runner
+
+    monkeypatch.setattr(_parallel, "MIN_PART_STEPS", 2)
+    monkeypatch.setattr(_runner, "analyse_shard", _dies_in_a_worker)
+    with pytest.raises(AnalysisError, match="a worker process died") as info:
+        _run(ob.open_dump(dump_path), tmp_path / "out", jobs=2)
+    assert "the resume option" in str(info.value)
+    assert not (tmp_path / "out" / "steps.parquet").exists()
+
+
+def test_the_parts_of_a_shard_read_it_once_while_it_is_unchanged(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A process keeps the shard its last part read for its next part of it; a shard file
+    that changed (here its modification time) is read again, and the end of a run forgets
+    it."""
+    from otbound.analysis import _shard
+    from otbound.dumps import Dump
+
+    write_dump(tmp_path / "dump")
+    dump = ob.open_dump(tmp_path / "dump")
+    reads = []
+    original = Dump.read_shard
+
+    def counted(self, key):
+        reads.append(key)
+        return original(self, key)
+
+    monkeypatch.setattr(Dump, "read_shard", counted)
+    config = AnalysisConfig(**SMALL)
+    _shard.forget_part_shard()
+    first = analyse_shard(dump, 0, config, steps=(0, 6))
+    analyse_shard(dump, 0, config, steps=(6, 12))
+    assert reads == [0]
+    analyse_shard(dump, 1, config, steps=(0, 6))
+    assert reads == [0, 1] and len(_shard._PART_SHARD) == 1  # one shard kept at a time
+    path = tmp_path / "dump" / dump.shard(1).file
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    analyse_shard(dump, 1, config, steps=(6, 12))
+    assert reads == [0, 1, 1]
+    analyse_shard(dump, 0, config)  # a whole shard: read as always, not kept
+    assert reads == [0, 1, 1, 0]
+    _shard.forget_part_shard()
+    again = analyse_shard(dump, 0, config, steps=(0, 6))
+    assert reads == [0, 1, 1, 0, 0]
+    pd.testing.assert_frame_equal(again.rows, first.rows, check_exact=True)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_containers_limits_bound_the_cores_and_the_memory(tmp_path: Path, monkeypatch, version):
+    monkeypatch.setattr(_parallel, "CGROUP", tmp_path)
+    assert _parallel._cgroup_cores() is None and _parallel._cgroup_memory() is None  # none
+    if version == 2:
+        (tmp_path / "cpu.max").write_text("max 100000\n")
+        assert _parallel._cgroup_cores() is None  # no quota
+        (tmp_path / "cpu.max").write_text("150000 100000\n")
+        (tmp_path / "memory.max").write_text(f"{4 * 2**30}\n")
+        (tmp_path / "memory.current").write_text(f"{2**30}\n")
+    else:
+        (tmp_path / "cpu").mkdir()
+        (tmp_path / "memory").mkdir()
+        (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+        (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+        assert _parallel._cgroup_cores() is None  # no quota
+        (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("150000\n")
+        (tmp_path / "memory" / "memory.limit_in_bytes").write_text(f"{4 * 2**30}\n")
+        (tmp_path / "memory" / "memory.usage_in_bytes").write_text(f"{2**30}\n")
+    assert _parallel._cgroup_cores() == 2  # 1.5 cores of quota: two processes
+    assert _parallel._cgroup_memory() == 3 * 2**30
+    assert _parallel.usable_cores() <= 2
+    memory = _parallel.available_memory()
+    assert memory is not None and memory <= 3 * 2**30

@@ -127,6 +127,7 @@ def test_mismatch_is_one_readable_line(tmp_path: Path) -> None:
 
 def test_analysis_refuses_a_mismatched_run(tmp_path: Path) -> None:
     from otbound.analysis import AnalysisConfig, run_analysis
+    from otbound.analysis._runner import ROWS_FORMAT
 
     path = tmp_path / "dump"
     write_dump(path, shards=(6,))
@@ -135,10 +136,18 @@ def test_analysis_refuses_a_mismatched_run(tmp_path: Path) -> None:
     options = {"progress": False, "figures": False}
     first = run_analysis(dump, AnalysisConfig(**small), out, **options)
     record = json.loads((out / "run.json").read_text())
-    key = [record["dump_fingerprint"], record["config"], record["otbound"]]
+    key = [record["dump_fingerprint"], record["config"], record["otbound"], ROWS_FORMAT]
     assert first.ok and record["run_key"] == fingerprint(key)
     again = run_analysis(dump, AnalysisConfig(**small), out, resume=True, **options)
     assert again.resumed == 1
+    # the shards of a run whose tables had another format are redone, not mixed in
+    record["run_key"] = fingerprint([*key[:3], ROWS_FORMAT - 1])
+    (out / "run.json").write_text(json.dumps(record))
+    for marker in (out / "shards").glob("*.json"):
+        kept = json.loads(marker.read_text())
+        marker.write_text(json.dumps({**kept, "run_key": record["run_key"]}))
+    redone = run_analysis(dump, AnalysisConfig(**small), out, resume=True, **options)
+    assert redone.ok and redone.resumed == 0
     with pytest.raises(ResumeMismatch) as info:
         run_analysis(dump, AnalysisConfig(**small, seed=3), out, resume=True, **options)
     assert str(info.value) == (

@@ -16,10 +16,11 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from otbound.analysis._config import AnalysisConfig
-from otbound.analysis._shard import ShardOutcome, merge_parts
+from otbound.analysis._shard import ShardOutcome, forget_part_shard, merge_parts
 from otbound.dumps import Dump
 
 #: ``jobs="auto"``: one process per usable core, as many as the memory and the work allow.
@@ -57,22 +58,70 @@ class Part:
     of: int
 
 
+#: Where a Linux container's limits are read (cgroup v2, then v1).
+CGROUP = Path("/sys/fs/cgroup")
+
+
+def _read_numbers(path: Path) -> list[int] | None:
+    """The integers in a small file (``max`` as -1), or None if it cannot be read."""
+    try:
+        words = path.read_text(encoding="ascii").split()
+        return [-1 if w == "max" else int(w) for w in words]
+    except (OSError, ValueError):
+        return None
+
+
+def _cgroup_cores() -> int | None:
+    """The cores a container's CPU quota allows (cgroup v2 ``cpu.max``, v1 ``cfs_quota_us``),
+    or None without a quota."""
+    quota = _read_numbers(CGROUP / "cpu.max")
+    if quota is None:
+        v1 = (_read_numbers(CGROUP / "cpu" / f"cpu.cfs_{k}_us") for k in ("quota", "period"))
+        quota = [n for values in v1 if values for n in values[:1]]
+    if len(quota) == 2 and quota[0] > 0 and quota[1] > 0:
+        return max(1, math.ceil(quota[0] / quota[1]))
+    return None
+
+
+def _cgroup_memory() -> int | None:
+    """Bytes a container's memory limit leaves (cgroup v2 ``memory.max − memory.current``,
+    v1 ``limit_in_bytes − usage_in_bytes``), or None without a limit."""
+    for limit_file, used_file in (
+        (CGROUP / "memory.max", CGROUP / "memory.current"),
+        (CGROUP / "memory" / "memory.limit_in_bytes", CGROUP / "memory" / "memory.usage_in_bytes"),
+    ):
+        limit, used = _read_numbers(limit_file), _read_numbers(used_file)
+        if limit and used and 0 < limit[0] < 2**62:
+            return max(0, limit[0] - used[0])
+    return None
+
+
 def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity where the system tells it)."""
+    """The cores this process may run on: its CPU affinity (or the machine's count), and at
+    most a container's CPU quota."""
+    count = os.cpu_count() or 1
     with contextlib.suppress(AttributeError, OSError):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)
+        count = len(os.sched_getaffinity(0))
+    quota = _cgroup_cores()
+    return max(1, min(count, quota) if quota else count)
 
 
 def available_memory() -> int | None:
-    """Bytes of memory available to new processes (``MemAvailable``), or None if unknown."""
+    """Bytes of memory available to new processes (``MemAvailable``, and at most what a
+    container's limit leaves), or None if unknown."""
+    found = None
     with contextlib.suppress(OSError, ValueError), open("/proc/meminfo", encoding="ascii") as f:
         for line in f:
             if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    with contextlib.suppress(AttributeError, OSError, ValueError):
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    return None
+                found = int(line.split()[1]) * 1024
+                break
+    if found is None:
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            found = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    limit = _cgroup_memory()
+    if limit is not None:
+        found = limit if found is None else min(found, limit)
+    return found
 
 
 def resolve_jobs(
@@ -83,8 +132,9 @@ def resolve_jobs(
     An integer is taken as it is. ``"auto"`` gives one process per usable core
     (:func:`usable_cores`), at most as many as the memory available holds
     (``BASE_BYTES + (BYTES_PER_ENTRY × chunk_steps + BYTES_PER_SHARD_ENTRY × shard_steps) × V``
-    each, with a fifth of it kept free) and as the work needs (one process when ``steps × V``
-    is below :data:`MIN_PARALLEL_ENTRIES`, or when the bounds run on a torch device, which the
+    each, with a fifth of it kept free) and as the work needs (at most one a part of
+    :data:`MIN_PART_STEPS` steps; one process when ``steps × V`` is below
+    :data:`MIN_PARALLEL_ENTRIES`, or when the bounds run on a torch device, which the
     processes would share).
 
     Parameters
@@ -113,7 +163,7 @@ def resolve_jobs(
             chunk = BYTES_PER_ENTRY * min(config.chunk_steps, steps)
             each = BASE_BYTES + (chunk + BYTES_PER_SHARD_ENTRY * shard_steps) * width
             count = min(count, int(0.8 * memory) // each)
-        return max(1, min(count, steps))
+        return max(1, min(count, math.ceil(steps / MIN_PART_STEPS)))
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be an integer >= 1 or 'auto', got {jobs!r}")
     return jobs
@@ -214,8 +264,8 @@ class _Merger:
 class _Feeders:
     """Threads that keep each worker process on one part at a time, taken from the front of
     a queue shared with this process; the outcomes come back through :attr:`done`. A thread
-    that finds the queue empty runs ``then`` once in its worker (a warm-up for what comes
-    after the parts) and ends."""
+    that finds the queue empty runs ``then`` once in its worker if it ran a part there (a
+    warm-up for what comes after the parts) and ends."""
 
     def __init__(
         self,
@@ -264,8 +314,10 @@ class _Feeders:
         return items
 
     def _feed(self) -> None:
+        worked = False
         try:
             while (part := self.take()) is not None:
+                worked = True
                 outcome: ShardOutcome | Exception
                 try:
                     outcome = self._work(part).result()
@@ -274,7 +326,7 @@ class _Feeders:
                 self.done.put((part, outcome))
         finally:
             self.done.put(None)
-        if self._then is not None and not self._stopped:
+        if self._then is not None and worked and not self._stopped:
             with contextlib.suppress(Exception):  # a warm-up: what it prepares fails later
                 self._then().result()
 
@@ -305,8 +357,10 @@ class LocalProcesses:
     def __enter__(self) -> LocalProcesses:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+    def __exit__(self, kind: object, *exc: object) -> None:
+        # after an error (a bug in a part) the running parts are not waited for: they end in
+        # their workers, which then exit
+        self._pool.shutdown(wait=kind is None, cancel_futures=True)
 
     def analyse(
         self,
@@ -367,6 +421,7 @@ class LocalProcesses:
                     yield from arrived(block=True)
         finally:
             feeders.stop()
+            forget_part_shard()
 
     def beside(
         self, tasks: list[Callable[[], T]], meanwhile: Callable[[], object] | None = None

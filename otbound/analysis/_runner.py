@@ -11,6 +11,7 @@ import sys
 import traceback
 import uuid
 from collections.abc import Callable, Generator, Iterator
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,11 @@ SKIPPED_FILE = "skipped.csv"
 SKIPPED_PARQUET = "skipped.parquet"
 #: Per-shard results, kept so that ``resume`` can skip finished shards.
 SHARD_DIR = "shards"
+#: The version of the shard tables' contents, part of a run's key: the shards kept by a run
+#: of another format are redone on resume, not mixed in. 2: the rows of a shard by
+#: temperature, then by step (whatever its chunks and parts), and the without-replacement
+#: bound the same on any number of threads.
+ROWS_FORMAT = 2
 
 _FINAL_FILES = (
     STEPS_FILE,
@@ -298,6 +304,14 @@ def _bug(exc: BaseException, shard: str, run_file: Path, record: dict[str, Any])
             "error": {"shard": shard, "exception": _describe(exc), "traceback": text},
         },
     )
+    if isinstance(exc, BrokenProcessPool):  # the operating system ended a worker
+        return AnalysisError(
+            f"a worker process died while {shard} was analysed (killed by the system, most "
+            "often for memory): the finished shards are kept; run again with the resume "
+            "option and fewer processes (jobs=N) or smaller chunks (chunk_steps=N)",
+            shard,
+            text,
+        )
     return AnalysisError(
         f"the analysis of {shard} failed ({type(exc).__name__}: {' '.join(str(exc).split())}): "
         "an error in otbound, a verifier or a bound, not a bad dump; the run stopped and the "
@@ -391,7 +405,9 @@ def run_analysis(
         "config": config.to_dict(),
     }
     # a resumed run never mixes dumps, settings or versions
-    run_key = fingerprint([record["dump_fingerprint"], record["config"], record["otbound"]])
+    run_key = fingerprint(
+        [record["dump_fingerprint"], record["config"], record["otbound"], ROWS_FORMAT]
+    )
     store = _ShardStore(out, run_key)
     if resume:
         _check_resumable(out / RUN_FILE, record)
@@ -429,20 +445,22 @@ def run_analysis(
             outcomes = workers.analyse(analyse_shard, dump, parts, config, bar.update)
         else:
             outcomes = _in_process(dump, pending, config, bar)
-        for index, outcome in outcomes:
-            info = dump.shards[index]
-            if isinstance(outcome, DumpError):  # a bad shard: the others go on
-                failures[info.id] = _describe(outcome)
-                continue
-            if isinstance(outcome, Exception):  # a bug: stop (the workers are shut down)
-                outcomes.close()
-                raise _bug(outcome, info.id, out / RUN_FILE, {**record, "run_key": run_key})
-            store.save(outcome)
-            skipped.append(outcome.skipped)
-            if dask is not None:
-                bar.update(outcome.steps)
-            if on_shard_done is not None:
-                on_shard_done(info.id)
+        try:
+            for index, outcome in outcomes:
+                info = dump.shards[index]
+                if isinstance(outcome, DumpError):  # a bad shard: the others go on
+                    failures[info.id] = _describe(outcome)
+                    continue
+                if isinstance(outcome, Exception):  # a bug: stop (the workers are shut down)
+                    raise _bug(outcome, info.id, out / RUN_FILE, {**record, "run_key": run_key})
+                store.save(outcome)
+                skipped.append(outcome.skipped)
+                if dask is not None:
+                    bar.update(outcome.steps)
+                if on_shard_done is not None:
+                    on_shard_done(info.id)
+        finally:  # on any error too: no more parts, and this process's threads restored
+            outcomes.close()
         bar.close()
         result = RunResult(
             out=out,

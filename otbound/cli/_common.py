@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import os
 import sys
 import tempfile
@@ -67,12 +68,15 @@ def _warning_printer(prog: str) -> Callable[..., None]:
 def exit_now(status: int | None) -> NoReturn:
     """End the process with ``status``, without the interpreter's teardown.
 
-    The standard streams are flushed and the ``atexit`` handlers run (every cleanup
-    registered with :mod:`atexit` or :class:`weakref.finalize`, in their order); then
+    The ``atexit`` handlers run (every cleanup registered with :mod:`atexit` or
+    :class:`weakref.finalize`, in their order) and the standard streams are flushed; then
     :func:`os._exit` skips the freeing of every object and module, which the operating system
     does at once: about 0.35 s after an analysis (numba's compiled libraries, pandas,
-    matplotlib). The commands write every output file before they return, atomically, so
-    nothing is lost. Only for a command's entry point, never inside a library call.
+    matplotlib). Threads are not joined (no command leaves one running). A stream that cannot
+    be flushed (a closed pipe, a full disk) turns a status of 0 into 120, as Python's own exit
+    does, with a line on stderr where it can still be written. The commands write every
+    output file before they return, atomically, so nothing is lost. Only for a command's entry
+    point, never inside a library call.
     """
     code = 0 if status is None else int(status)
     try:
@@ -80,8 +84,13 @@ def exit_now(status: int | None) -> NoReturn:
         if run_exit_handlers is not None:
             run_exit_handlers()
         for stream in (sys.stdout, sys.stderr):
-            if stream is not None:
-                stream.flush()
+            try:
+                if stream is not None:
+                    stream.flush()
+            except (OSError, ValueError) as exc:
+                code = code or 120
+                with contextlib.suppress(OSError, ValueError):
+                    os.write(2, f"cannot write the output: {exc}\n".encode())
     finally:
         os._exit(code)
 

@@ -51,6 +51,8 @@ _OPTION_NAMES = {
     "skip_bad_steps=True": "--skip-bad-steps",
     "truncate_vocab=True": "--truncate-vocab",
     "the resume option": "--resume",
+    "jobs=N": "--jobs N",
+    "chunk_steps=N": "--chunk-steps N",
 }
 
 
@@ -413,7 +415,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
             raise CommandError(_cli_words(str(exc))) from None
         except AnalysisError as exc:  # a bug, not bad input: the traceback, then one line
             print(exc.traceback, end="", file=sys.stderr)
-            raise CommandError(str(exc)) from None
+            raise CommandError(_cli_words(str(exc))) from None
         return report(result, args.quiet, prog)
 
     return run_command(prog, work)

@@ -103,6 +103,13 @@ class Dump:
         values = self._manifest.get("values", ["logits", "logits"])
         return (values[0], values[1])
 
+    @property
+    def verifies(self) -> bool | None:
+        """Whether reading a shard checks its file against the manifest's checksum (None for
+        a format without one)."""
+        verify: bool | None = getattr(self._reader, "verify", None)
+        return verify
+
     def __len__(self) -> int:
         return len(self.shards)
 
