@@ -97,15 +97,13 @@ def test_console_script_is_declared():
 def test_a_command_ends_after_its_exit_handlers_with_its_status():
     """``exit_now``: the atexit handlers run and the streams are flushed, then the process
     ends with the status (without the interpreter's teardown)."""
-    code = (
-        "import atexit, sys\n"
-        "from otbound.cli._common import exit_now\n"
-        "atexit.register(lambda: print('handler', file=sys.stderr))\n"
-        "print('written', end='')\n"
-        "exit_now(3)\n"
-        "print('never')\n"
+    done = _python(
+        "import atexit, sys",
+        "atexit.register(lambda: print('handler', file=sys.stderr))",
+        "print('written', end='')",
+        "exit_now(3)",
+        "print('never')",
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 3
     assert done.stdout == "written" and done.stderr == "handler\n"
     version = subprocess.run(
@@ -117,18 +115,22 @@ def test_a_command_ends_after_its_exit_handlers_with_its_status():
 def test_a_command_whose_output_is_lost_does_not_end_with_status_0():
     """stdout into a closed pipe: the flush fails, the status is 120 (as Python's own exit)
     and stderr says so."""
-    code = (
-        "import os, sys\n"
-        "from otbound.cli._common import exit_now\n"
-        "read, write = os.pipe()\n"
-        "os.close(read)\n"
-        "sys.stdout = open(write, 'w')\n"
-        "print('lost')\n"
-        "exit_now(0)\n"
+    done = _python(
+        "import os, sys",
+        "read, write = os.pipe()",
+        "os.close(read)",
+        "sys.stdout = open(write, 'w')",
+        "print('lost')",
+        "exit_now(0)",
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 120
     assert "cannot write the output" in done.stderr
+
+
+def _python(*lines: str) -> subprocess.CompletedProcess[str]:
+    """``lines`` run by a fresh interpreter that has imported ``exit_now``."""
+    code = "\n".join(["from otbound.cli._common import exit_now", *lines])
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
 
 
 def test_import_otbound_does_not_load_cvxpy_or_scipy_stats():

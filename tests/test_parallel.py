@@ -182,14 +182,19 @@ def _shard_one_is_bad(dump, shard, config, progress=None, *, steps=None):
     return analyse_shard(dump, shard, config, progress, steps=steps)
 
 
-def test_a_bad_shard_cut_into_parts_is_reported_once(
-    dump_path: Path, tmp_path: Path, monkeypatch
-) -> None:
+def _in_parts_with(analyse, dump_path: Path, out: Path, monkeypatch):
+    """A run on two processes, the shards cut in parts, each part analysed by ``analyse``."""
     from otbound.analysis import _runner
 
     monkeypatch.setattr(_parallel, "MIN_PART_STEPS", 2)
-    monkeypatch.setattr(_runner, "analyse_shard", _shard_one_is_bad)
-    result = _run(ob.open_dump(dump_path), tmp_path / "out", jobs=2)
+    monkeypatch.setattr(_runner, "analyse_shard", analyse)
+    return _run(ob.open_dump(dump_path), out, jobs=2)
+
+
+def test_a_bad_shard_cut_into_parts_is_reported_once(
+    dump_path: Path, tmp_path: Path, monkeypatch
+) -> None:
+    result = _in_parts_with(_shard_one_is_bad, dump_path, tmp_path / "out", monkeypatch)
     assert not result.ok
     assert list(result.failures) == ["shard-00001"]
     assert "truncated" in result.failures["shard-00001"]
@@ -209,12 +214,10 @@ def _dies_in_a_worker(dump, shard, config, progress=None, *, steps=None):
 def test_a_worker_that_dies_stops_the_run_with_words_for_it(
     dump_path: Path, tmp_path: Path, monkeypatch
 ) -> None:
-    from otbound.analysis import AnalysisError, _runner
+    from otbound.analysis import AnalysisError
 
-    monkeypatch.setattr(_parallel, "MIN_PART_STEPS", 2)
-    monkeypatch.setattr(_runner, "analyse_shard", _dies_in_a_worker)
     with pytest.raises(AnalysisError, match="a worker process died") as info:
-        _run(ob.open_dump(dump_path), tmp_path / "out", jobs=2)
+        _in_parts_with(_dies_in_a_worker, dump_path, tmp_path / "out", monkeypatch)
     assert "the resume option" in str(info.value)
     assert not (tmp_path / "out" / "steps.parquet").exists()
 
