@@ -191,17 +191,14 @@ def plan_parts(sizes: dict[int, int], jobs: int) -> list[Part]:
     parts = []
     for shard, steps in sizes.items():
         bounds = [0]
-        while bounds[-1] < steps:
+        while bounds[-1] < steps or len(bounds) == 1:  # an empty shard: one empty part
             size = max(MIN_PART_STEPS, math.ceil(remaining / (2 * jobs)))
             stop = min(steps, bounds[-1] + size)
             if steps - stop < MIN_PART_STEPS // 2:  # no sliver of a shard on its own
                 stop = steps
             remaining -= stop - bounds[-1]
             bounds.append(stop)
-        count = max(1, len(bounds) - 1)
-        if steps == 0:
-            bounds = [0, 0]
-        parts += [Part(shard, a, b, count) for a, b in itertools.pairwise(bounds)]
+        parts += [Part(shard, a, b, len(bounds) - 1) for a, b in itertools.pairwise(bounds)]
     return parts
 
 
@@ -379,7 +376,8 @@ class LocalProcesses:
         workers start later: a spawned interpreter imports the analysis and loads the compiled
         kernels, about a second), and a thread per worker hands it its next part as soon as
         it is done. Every process runs its kernels on one thread. Closing the generator
-        starts no more parts (leaving the context waits for the running ones).
+        starts no more parts (leaving the context waits for the running ones, unless it is
+        left by an error).
         """
         merger = _Merger(config.temperatures)
         pool = self._pool

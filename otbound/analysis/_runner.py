@@ -409,6 +409,7 @@ def run_analysis(
         [record["dump_fingerprint"], record["config"], record["otbound"], ROWS_FORMAT]
     )
     store = _ShardStore(out, run_key)
+    record["run_key"] = run_key
     if resume:
         _check_resumable(out / RUN_FILE, record)
     else:
@@ -416,7 +417,7 @@ def run_analysis(
         for name in (*_FINAL_FILES, RUN_FILE):
             with contextlib.suppress(FileNotFoundError):
                 (out / name).unlink()
-    write_json(out / RUN_FILE, {**record, "run_key": run_key, "complete": False})
+    write_json(out / RUN_FILE, {**record, "complete": False})
 
     sizes = config.steps_per_shard([info.num_steps for info in dump.shards])
     shards = [  # with max_steps, the shards past it are left out
@@ -452,7 +453,7 @@ def run_analysis(
                     failures[info.id] = _describe(outcome)
                     continue
                 if isinstance(outcome, Exception):  # a bug: stop (the workers are shut down)
-                    raise _bug(outcome, info.id, out / RUN_FILE, {**record, "run_key": run_key})
+                    raise _bug(outcome, info.id, out / RUN_FILE, record)
                 store.save(outcome)
                 skipped.append(outcome.skipped)
                 if dask is not None:
@@ -469,7 +470,6 @@ def run_analysis(
             failures=dict(sorted(failures.items())),
             resumed=len(shards) - len(pending),
         )
-        record["run_key"] = run_key
         if failures:
             write_json(out / RUN_FILE, {**record, "complete": False, "failures": result.failures})
             return result

@@ -104,11 +104,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     return int(module.main(rest, prog=f"{PROG} {name}"))
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def run() -> NoReturn:
     """The ``otbound`` executable: :func:`main` on the command line, then the process ends
     (:func:`otbound.cli._common.exit_now`)."""
     exit_now(main())
+
+
+if __name__ == "__main__":
+    run()
