@@ -285,3 +285,123 @@ def test_a_containers_limits_bound_the_cores_and_the_memory(tmp_path: Path, monk
     assert _parallel.usable_cores() <= 2
     memory = _parallel.available_memory()
     assert memory is not None and memory <= 3 * 2**30
+
+
+# -- how the workers start ---------------------------------------------------------------------
+
+
+def _fork_allowed(monkeypatch) -> None:
+    """A process where forking is safe: Linux, one thread, numba's layer and torch unused."""
+    monkeypatch.setattr(_parallel.sys, "platform", "linux")
+    monkeypatch.setattr(_parallel.threading, "active_count", lambda: 1)
+    monkeypatch.setattr(_parallel, "_numba_threads_started", lambda: False)
+    monkeypatch.setattr(_parallel, "_native_threads", lambda: 1)
+    monkeypatch.delitem(_parallel.sys.modules, "torch", raising=False)
+
+
+@pytest.mark.parametrize(
+    "unsafe",
+    ["windows", "macos", "python thread", "numba threads", "torch", "native threads on 3.12"],
+)
+def test_workers_are_forked_only_where_it_is_safe(monkeypatch, unsafe: str) -> None:
+    if "fork" not in _parallel.multiprocessing.get_all_start_methods():
+        pytest.skip("no fork on this platform")
+    _fork_allowed(monkeypatch)
+    assert _parallel.start_method() == "fork"
+    if unsafe == "windows":
+        monkeypatch.setattr(_parallel.sys, "platform", "win32")
+    elif unsafe == "macos":
+        monkeypatch.setattr(_parallel.sys, "platform", "darwin")
+    elif unsafe == "python thread":
+        monkeypatch.setattr(_parallel.threading, "active_count", lambda: 2)
+    elif unsafe == "numba threads":
+        monkeypatch.setattr(_parallel, "_numba_threads_started", lambda: True)
+    elif unsafe == "torch":
+        monkeypatch.setitem(_parallel.sys.modules, "torch", object())
+    else:  # Python 3.12 deprecates forking a process with several threads of any kind
+        monkeypatch.setattr(_parallel, "_native_threads", lambda: 3)
+        monkeypatch.setattr(_parallel.sys, "version_info", (3, 11, 9))
+        assert _parallel.start_method() == "fork"
+        monkeypatch.setattr(_parallel.sys, "version_info", (3, 12, 0))
+    assert _parallel.start_method() == "spawn"
+
+
+def test_the_thread_checks_read_this_process() -> None:
+    """The checks see a real thread, and numba's layer once a parallel kernel ran."""
+    import threading
+
+    import numba
+    import numpy as np
+
+    @numba.njit(parallel=True)
+    def total(x):  # pragma: no cover - compiled
+        s = 0.0
+        for i in numba.prange(x.shape[0]):
+            s += x[i]
+        return s
+
+    total(np.ones(4))
+    assert _parallel._numba_threads_started()
+    release = threading.Event()
+    thread = threading.Thread(target=release.wait)
+    thread.start()
+    try:
+        assert _parallel.start_method() == "spawn"
+        if _parallel.sys.platform.startswith("linux"):
+            assert _parallel._native_threads() >= 2
+    finally:
+        release.set()
+        thread.join()
+
+
+_FORKED_RUN = """
+import sys
+from pathlib import Path
+import otbound as ob
+from otbound.analysis import AnalysisConfig, _parallel, run_analysis
+
+_parallel.MIN_PART_STEPS = 2  # the shards cut in parts
+chosen = []
+choose = _parallel.start_method
+_parallel.start_method = lambda: chosen.append(choose()) or chosen[-1]
+dump, out = ob.open_dump(sys.argv[1]), Path(sys.argv[2])
+config = AnalysisConfig(n=(2, 3), designs=("iid", "without_replacement"), mc_trials=200)
+# two processes first: this one has started no thread yet
+two = run_analysis(dump, config, out / "two", jobs=2, progress=False)
+one = run_analysis(dump, config, out / "one", jobs=1, progress=False)
+assert one.ok and two.ok
+print(" ".join(chosen))
+"""
+
+
+def test_forked_workers_give_the_files_of_one_process(dump_path: Path, tmp_path: Path) -> None:
+    """In a fresh interpreter (this one may run numba's threads): where forking is safe the
+    workers are forked, and the run's files are those of one process, byte for byte."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _FORKED_RUN, str(dump_path), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    methods = done.stdout.split()
+    assert len(methods) == 1
+    if sys.platform.startswith("linux") and sys.version_info < (3, 12):
+        assert methods == ["fork"]
+    names = sorted(p.name for p in (tmp_path / "one").iterdir() if p.is_file())
+    assert "steps.parquet" in names and "acceptance_vs_n.png" in names
+    for name in names:
+        if name == "run.json":  # the run's time
+            continue
+        a, b = ((tmp_path / side / name).read_bytes() for side in ("one", "two"))
+        if name.endswith(".parquet"):
+            pd.testing.assert_frame_equal(
+                pd.read_parquet(tmp_path / "one" / name),
+                pd.read_parquet(tmp_path / "two" / name),
+                check_exact=True,
+            )
+        else:
+            assert a == b, name

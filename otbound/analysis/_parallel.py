@@ -11,6 +11,7 @@ import math
 import multiprocessing
 import os
 import queue
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
@@ -202,6 +203,53 @@ def plan_parts(sizes: dict[int, int], jobs: int) -> list[Part]:
     return parts
 
 
+def _numba_threads_started() -> bool:
+    """Whether numba's threading layer runs in this process (it starts at the first call of
+    a parallel kernel; the OpenMP layer cannot be forked after that)."""
+    numba = sys.modules.get("numba")
+    if numba is None:
+        return False
+    try:
+        numba.threading_layer()
+    except ValueError:  # "Threading layer is not initialized."
+        return False
+    return True
+
+
+def _native_threads() -> int:
+    """Threads of this process as Linux counts them (``/proc/self/status``; 1 if unknown)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        status = Path("/proc/self/status").read_text(encoding="ascii", errors="replace")
+        return int(status.split("Threads:")[1].split()[0])
+    return 1
+
+
+def start_method() -> Literal["fork", "spawn"]:
+    """How this process starts its workers now: ``"fork"`` where that is safe, else
+    ``"spawn"``.
+
+    A forked worker shares this process's imports (numpy, pandas, numba and the analysis:
+    about 0.5 s that a spawned interpreter spends before its first part), so it starts
+    working about as soon as it is made. Forking is safe only before any thread of this
+    process could hold a lock the child needs, so it is chosen only on Linux, with no Python
+    thread but this one, numba's threading layer not started yet (its OpenMP layer aborts a
+    forked child), and torch not imported (its thread pools). Python 3.12 and later
+    deprecate forking a process with several native threads (numpy's BLAS starts some at
+    import): there workers are forked only where there is none, else spawned. The analysis
+    forks at the start of a run, before it starts any thread (:class:`LocalProcesses`
+    starts its workers when it is made).
+    """
+    if not sys.platform.startswith("linux"):
+        return "spawn"
+    if "fork" not in multiprocessing.get_all_start_methods():  # pragma: no cover - Linux has it
+        return "spawn"
+    if threading.active_count() > 1 or "torch" in sys.modules or _numba_threads_started():
+        return "spawn"
+    if sys.version_info >= (3, 12) and _native_threads() > 1:
+        return "spawn"
+    return "fork"
+
+
 def _start_worker() -> None:
     """Worker start-up: one numba thread per process (the processes share the cores), and an
     exit without the interpreter's teardown (``os._exit`` once the ``atexit`` handlers
@@ -329,8 +377,11 @@ class _Feeders:
 
 
 class LocalProcesses:
-    """``jobs − 1`` spawned worker processes beside this one, for the parts of a run
+    """``jobs − 1`` worker processes beside this one, for the parts of a run
     (:meth:`analyse`) and then its figures (:meth:`beside`); a context manager.
+
+    The workers are started at once, forked where :func:`start_method` finds it safe (make
+    this before any thread is started), else spawned.
 
     Parameters
     ----------
@@ -347,9 +398,14 @@ class LocalProcesses:
             raise ValueError(f"LocalProcesses needs jobs >= 2, got {jobs}")
         self.jobs = jobs
         self._warm = warm
+        self.method = start_method()
         self._pool = ProcessPoolExecutor(
-            jobs - 1, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker
+            jobs - 1, mp_context=multiprocessing.get_context(self.method), initializer=_start_worker
         )
+        # a task now starts the workers (a forking pool starts them all at its first task, a
+        # spawning one as tasks need them), before this process starts any thread
+        for _ in range(jobs - 1):
+            self._pool.submit(int)
 
     def __enter__(self) -> LocalProcesses:
         return self
@@ -372,12 +428,12 @@ class LocalProcesses:
         all its parts are done (merged in step order), or ``(shard, exception)`` at its first
         failed part.
 
-        All processes take the parts in order from one queue (this one the first, as the
-        workers start later: a spawned interpreter imports the analysis and loads the compiled
-        kernels, about a second), and a thread per worker hands it its next part as soon as
-        it is done. Every process runs its kernels on one thread. Closing the generator
-        starts no more parts (leaving the context waits for the running ones, unless it is
-        left by an error).
+        All processes take the parts in order from one queue, this one the first (a forked
+        worker starts about as soon as this one; a spawned one imports the analysis first,
+        about half a second), and a thread per worker hands it its next part as soon as it
+        is done. Every process runs its kernels on one thread. Closing the generator starts
+        no more parts (leaving the context waits for the running ones, unless it is left by
+        an error).
         """
         merger = _Merger(config.temperatures)
         pool = self._pool

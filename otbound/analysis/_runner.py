@@ -338,11 +338,12 @@ def run_analysis(
     tables and figures to ``out``.
 
     Shards are independent: each is analysed by :func:`analyse_shard` in this process
-    (``jobs=1``), in ``jobs`` local processes (this one and ``jobs − 1`` spawned workers;
-    a dump with fewer than six shards a process is cut into parts of shards, so that the
+    (``jobs=1``), in ``jobs`` local processes (this one and ``jobs − 1`` workers, forked
+    where that is safe, else spawned: :func:`otbound.analysis._parallel.start_method`; a
+    dump with fewer than six shards a process is cut into parts of shards, so that the
     processes share the work evenly: :func:`otbound.analysis._parallel.plan_parts`), or on a
-    dask.distributed cluster (``dask`` is the
-    scheduler's address; the workers must be able to read the dump at the same path). The
+    dask.distributed cluster (``dask`` is the scheduler's address; the workers must be able
+    to read the dump at the same path). The
     rows are the same bit for bit whichever way a run goes: a step's rows depend on the step,
     the settings and the seed only.
     Each finished shard's table is saved at once under ``out/shards``; with ``resume=True``
@@ -428,17 +429,20 @@ def run_analysis(
     skipped = [np.asarray(r["skipped"], dtype=np.int64) for r in done.values() if r]
     failures: dict[str, str] = {}
     finished_steps = sum(r["steps"] for r in done.values() if r)
-    bar = tqdm(
-        total=sum(sizes),
-        initial=finished_steps,
-        unit="step",
-        desc="bounds",
-        disable=not progress,
-        file=sys.stderr,
-        dynamic_ncols=True,
-    )
     pending_sizes = {i: sizes[i] for i in pending}
-    with _local_processes(jobs, dump, config, pending_sizes, dask, figures) as workers, bar:
+    # the workers first: forked, they must be made before the progress bar's thread starts
+    with (
+        _local_processes(jobs, dump, config, pending_sizes, dask, figures) as workers,
+        tqdm(
+            total=sum(sizes),
+            initial=finished_steps,
+            unit="step",
+            desc="bounds",
+            disable=not progress,
+            file=sys.stderr,
+            dynamic_ncols=True,
+        ) as bar,
+    ):
         if dask is not None:
             outcomes = _on_dask(dump, pending, config, dask)
         elif workers is not None:
