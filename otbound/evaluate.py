@@ -683,6 +683,8 @@ def compare(
         _require_protocol(v, "compare")
     solver = as_solver(bound)
     batch = Step.validate(p, q)  # the one validation of p and q: everything below trusts it
+    if batch is not p:  # its own copies: read-only, so that the verifiers know the rows by object
+        batch.freeze()
     p2, q2, _ = batch.flat
     steps = p2.shape[0]
     ids = np.arange(steps, dtype=np.int64) if step_ids is None else np.asarray(step_ids)

@@ -22,6 +22,29 @@ from otbound._checks import as_distribution_pair, broadcast_batch
 __all__ = ["Step"]
 
 
+def read_only(a: np.ndarray) -> bool:
+    """Whether no array can write ``a``'s values: ``a`` and every array it views are read-only,
+    down to the array that owns the memory (memory owned by anything else, a buffer or a memory
+    map, counts as writable).
+
+    Examples
+    --------
+    >>> a = np.zeros(3)
+    >>> read_only(a[1:])
+    False
+    >>> a.flags.writeable = False
+    >>> read_only(a[1:])
+    True
+    """
+    while isinstance(a, np.ndarray):
+        if a.flags.writeable:
+            return False
+        if a.base is None:
+            return True
+        a = a.base
+    return False
+
+
 @dataclass(frozen=True, eq=False)
 class Step:
     """Target ``p`` and draft ``q`` of one or more decoding steps, validated.
@@ -76,6 +99,17 @@ class Step:
             p, q, normalize=normalize, q_min_ndim=2 if slot_axis else 1
         )
         return cls(p_arr, q_arr, slot_axis)
+
+    def freeze(self) -> Step:
+        """Make :attr:`p` and :attr:`q` read-only, in place, and return this step.
+
+        For a step whose arrays nothing else holds (those :meth:`validate` made, not a
+        caller's): the verifiers' caches then know its rows by the objects
+        (:func:`read_only`), and a verifier that would write into them raises. Views taken
+        before (:attr:`flat`) stay writable."""
+        self.p.flags.writeable = False
+        self.q.flags.writeable = False
+        return self
 
     @property
     def vocab(self) -> int:

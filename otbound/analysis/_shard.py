@@ -144,7 +144,7 @@ def _trusted_rows(target: np.ndarray, draft: np.ndarray) -> Step:
     """
     target /= target.sum(axis=-1, keepdims=True)
     draft /= draft.sum(axis=-1, keepdims=True)
-    return Step(target, draft)
+    return Step(target, draft).freeze()
 
 
 def _interval_rows(

@@ -195,7 +195,12 @@ class DraftDesign(ABC):
         for the first reason in words."""
         if self._shape_reason(shape, n):
             return False
-        return not self.distinct or bool(np.all(np.asarray(support()) >= n))
+        if not self.distinct:
+            return True
+        counts = support()
+        if isinstance(counts, int | np.integer):  # one step's count (no array to reduce)
+            return int(counts) >= n
+        return bool(np.all(np.asarray(counts) >= n))
 
     # -- sampling and enumeration ------------------------------------------------------------
     @abstractmethod
