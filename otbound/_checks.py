@@ -208,13 +208,15 @@ def broadcast_batch(
 ) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
     """Broadcast the batch axes of ``p`` (..., V) and ``q`` (..., [n,] V) and flatten them.
 
-    Returns ``p2`` of shape (B, V), ``q2`` of shape (B, [n,] V) and the batch shape.
+    Returns ``p2`` of shape (B, V), ``q2`` of shape (B, [n,] V) and the batch shape, both
+    read-only (views of the broadcast, or copies where the flattening needs one).
     """
     batch = batch_shape(p.shape[:-1], q.shape[: q.ndim - 1 - q_extra_axes])
     vocab = p.shape[-1]
     p2 = np.broadcast_to(p, (*batch, vocab)).reshape(-1, vocab)
     q_tail = q.shape[q.ndim - 1 - q_extra_axes :]
     q2 = np.broadcast_to(q, (*batch, *q_tail)).reshape(-1, *q_tail)
+    p2.flags.writeable = q2.flags.writeable = False  # a copy too: one row for every reader
     return p2, q2, batch
 
 

@@ -12,6 +12,7 @@ A ``Step``'s arrays never change after it is made: what is derived from them (:a
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -22,25 +23,33 @@ from otbound._checks import as_distribution_pair, broadcast_batch
 __all__ = ["Step"]
 
 
-def read_only(a: np.ndarray) -> bool:
-    """Whether no array can write ``a``'s values: ``a`` and every array it views are read-only,
-    down to the array that owns the memory (memory owned by anything else, a buffer or a memory
-    map, counts as writable).
+#: The arrays :meth:`Step.freeze` made read-only, by id (weak: an entry goes with its array).
+_FROZEN: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
+
+
+def frozen(a: np.ndarray) -> bool:
+    """Whether ``a``'s values are fixed for as long as ``a`` lives: ``a`` is, or views through
+    read-only views only, an array that :meth:`Step.freeze` made read-only and that is
+    read-only still.
+
+    Only otbound's own new arrays are frozen (the rows :func:`otbound.compare` validated, the
+    analysis' rows), before any view of them is taken, so no array can write their values. A
+    caller's read-only array is not frozen: a writable view of it taken earlier could still
+    change it.
 
     Examples
     --------
-    >>> a = np.zeros(3)
-    >>> read_only(a[1:])
+    >>> step = Step.validate([[0.5, 0.5]], [[0.25, 0.75]])
+    >>> frozen(step.p[0])
     False
-    >>> a.flags.writeable = False
-    >>> read_only(a[1:])
+    >>> frozen(step.freeze().p[0])
     True
     """
     while isinstance(a, np.ndarray):
         if a.flags.writeable:
             return False
         if a.base is None:
-            return True
+            return _FROZEN.get(id(a)) is a
         a = a.base
     return False
 
@@ -103,12 +112,13 @@ class Step:
     def freeze(self) -> Step:
         """Make :attr:`p` and :attr:`q` read-only, in place, and return this step.
 
-        For a step whose arrays nothing else holds (those :meth:`validate` made, not a
-        caller's): the verifiers' caches then know its rows by the objects
-        (:func:`read_only`), and a verifier that would write into them raises. Views taken
-        before (:attr:`flat`) stay writable."""
-        self.p.flags.writeable = False
-        self.q.flags.writeable = False
+        Only for a step whose arrays are new and seen by nothing else yet (those
+        :meth:`validate` made, not a caller's): an array that owns its memory is then
+        :func:`frozen`, and the verifiers' caches know its rows by the objects."""
+        for a in (self.p, self.q):
+            a.flags.writeable = False
+            if a.base is None:
+                _FROZEN[id(a)] = a
         return self
 
     @property

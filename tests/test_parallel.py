@@ -290,68 +290,85 @@ def test_a_containers_limits_bound_the_cores_and_the_memory(tmp_path: Path, monk
 # -- how the workers start ---------------------------------------------------------------------
 
 
-def _fork_allowed(monkeypatch) -> None:
-    """A process where forking is safe: Linux, one thread, numba's layer and torch unused."""
-    monkeypatch.setattr(_parallel.sys, "platform", "linux")
-    monkeypatch.setattr(_parallel.threading, "active_count", lambda: 1)
-    monkeypatch.setattr(_parallel, "_numba_threads_started", lambda: False)
-    monkeypatch.setattr(_parallel, "_native_threads", lambda: 1)
-    monkeypatch.delitem(_parallel.sys.modules, "torch", raising=False)
+SAFE = _parallel.ProcessState(
+    platform="linux",
+    python=(3, 11, 7),
+    python_threads=1,
+    native_threads=_parallel.THREADS_AT_IMPORT,
+    numba_threads=False,
+    torch=False,
+)
 
 
 @pytest.mark.parametrize(
     "unsafe",
-    ["windows", "macos", "python thread", "numba threads", "torch", "native threads on 3.12"],
+    [
+        {"platform": "win32"},
+        {"platform": "darwin"},
+        {"python": (3, 10, 13)},  # its pool may fork a worker later, from a thread
+        {"python_threads": 2},
+        {"numba_threads": True},
+        {"torch": True},
+        {"native_threads": _parallel.THREADS_AT_IMPORT + 1},  # a thread started since
+        {"python": (3, 12, 0)},  # deprecates forking with several native threads
+    ],
+    ids=str,
 )
-def test_workers_are_forked_only_where_it_is_safe(monkeypatch, unsafe: str) -> None:
+def test_workers_are_forked_only_where_it_is_safe(unsafe: dict) -> None:
     if "fork" not in _parallel.multiprocessing.get_all_start_methods():
         pytest.skip("no fork on this platform")
-    _fork_allowed(monkeypatch)
-    assert _parallel.start_method() == "fork"
-    if unsafe == "windows":
-        monkeypatch.setattr(_parallel.sys, "platform", "win32")
-    elif unsafe == "macos":
-        monkeypatch.setattr(_parallel.sys, "platform", "darwin")
-    elif unsafe == "python thread":
-        monkeypatch.setattr(_parallel.threading, "active_count", lambda: 2)
-    elif unsafe == "numba threads":
-        monkeypatch.setattr(_parallel, "_numba_threads_started", lambda: True)
-    elif unsafe == "torch":
-        monkeypatch.setitem(_parallel.sys.modules, "torch", object())
-    else:  # Python 3.12 deprecates forking a process with several threads of any kind
-        monkeypatch.setattr(_parallel, "_native_threads", lambda: 3)
-        monkeypatch.setattr(_parallel.sys, "version_info", (3, 11, 9))
-        assert _parallel.start_method() == "fork"
-        monkeypatch.setattr(_parallel.sys, "version_info", (3, 12, 0))
-    assert _parallel.start_method() == "spawn"
+    assert _parallel.start_method(SAFE) == "fork"
+    assert _parallel.start_method(dataclasses.replace(SAFE, **unsafe)) == "spawn"
+    single = dataclasses.replace(SAFE, python=(3, 13, 0), native_threads=1)
+    assert _parallel.start_method(single) == "fork"
 
 
-def test_the_thread_checks_read_this_process() -> None:
-    """The checks see a real thread, and numba's layer once a parallel kernel ran."""
-    import threading
+_THREAD_CHECKS = """
+import threading
+import numba
+import numpy as np
+from otbound.analysis import _parallel
 
-    import numba
-    import numpy as np
+before = _parallel.ProcessState.now()
+assert before.python_threads == 1 and not before.numba_threads, before
+assert before.native_threads == _parallel.THREADS_AT_IMPORT, before
 
-    @numba.njit(parallel=True)
-    def total(x):  # pragma: no cover - compiled
-        s = 0.0
-        for i in numba.prange(x.shape[0]):
-            s += x[i]
-        return s
+@numba.njit(parallel=True)
+def total(x):
+    s = 0.0
+    for i in numba.prange(x.shape[0]):
+        s += x[i]
+    return s
 
-    total(np.ones(4))
-    assert _parallel._numba_threads_started()
-    release = threading.Event()
-    thread = threading.Thread(target=release.wait)
-    thread.start()
-    try:
-        assert _parallel.start_method() == "spawn"
-        if _parallel.sys.platform.startswith("linux"):
-            assert _parallel._native_threads() >= 2
-    finally:
-        release.set()
-        thread.join()
+total(np.ones(4))
+assert _parallel.ProcessState.now().numba_threads
+release = threading.Event()
+thread = threading.Thread(target=release.wait)
+thread.start()
+state = _parallel.ProcessState.now()
+release.set()
+thread.join()
+assert state.python_threads == 2 and state.native_threads > before.native_threads, state
+assert _parallel.start_method(state) == "spawn"
+print("ok")
+"""
+
+
+def test_the_state_is_read_from_this_process() -> None:
+    """In a fresh interpreter (numba's threads, once started, stay): a Python thread, and
+    numba's layer once a parallel kernel ran, are seen."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _THREAD_CHECKS], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0 and done.stdout.split() == ["ok"], done.stderr
+
+
+def test_the_workers_start_when_the_pool_is_made() -> None:
+    with _parallel.LocalProcesses(3) as workers:
+        assert len(workers._pool._processes) == 2
 
 
 _FORKED_RUN = """
@@ -364,6 +381,13 @@ _parallel.MIN_PART_STEPS = 2  # the shards cut in parts
 chosen = []
 choose = _parallel.start_method
 _parallel.start_method = lambda: chosen.append(choose()) or chosen[-1]
+made = _parallel.LocalProcesses.__init__
+
+def counted(self, jobs, warm=None):
+    made(self, jobs, warm)
+    assert len(self._pool._processes) == jobs - 1  # every worker made before any thread
+
+_parallel.LocalProcesses.__init__ = counted
 dump, out = ob.open_dump(sys.argv[1]), Path(sys.argv[2])
 config = AnalysisConfig(n=(2, 3), designs=("iid", "without_replacement"), mc_trials=200)
 # two processes first: this one has started no thread yet
@@ -389,7 +413,7 @@ def test_forked_workers_give_the_files_of_one_process(dump_path: Path, tmp_path:
     assert done.returncode == 0, done.stderr
     methods = done.stdout.split()
     assert len(methods) == 1
-    if sys.platform.startswith("linux") and sys.version_info < (3, 12):
+    if sys.platform.startswith("linux") and (3, 11) <= sys.version_info < (3, 12):
         assert methods == ["fork"]
     names = sorted(p.name for p in (tmp_path / "one").iterdir() if p.is_file())
     assert "steps.parquet" in names and "acceptance_vs_n.png" in names

@@ -224,30 +224,74 @@ def _native_threads() -> int:
     return 1
 
 
-def start_method() -> Literal["fork", "spawn"]:
+#: This process's native threads once the analysis is imported (numpy's BLAS threads and
+#: pyarrow's allocator thread, which both prepare for a fork): more threads later are someone
+#: else's (a solver's, a user's), whose locks a forked child could find held.
+THREADS_AT_IMPORT = _native_threads()
+
+
+@dataclass(frozen=True)
+class ProcessState:
+    """What decides whether this process may fork (:func:`start_method`)."""
+
+    platform: str
+    python: tuple[int, ...]
+    python_threads: int
+    native_threads: int
+    numba_threads: bool
+    torch: bool
+
+    @classmethod
+    def now(cls) -> ProcessState:
+        return cls(
+            platform=sys.platform,
+            python=tuple(sys.version_info[:3]),
+            python_threads=threading.active_count(),
+            native_threads=_native_threads(),
+            numba_threads=_numba_threads_started(),
+            torch="torch" in sys.modules,
+        )
+
+    def may_fork(self) -> bool:
+        """The rules of :func:`start_method`."""
+        return (
+            self.platform.startswith("linux")
+            and self.python >= (3, 11)
+            and self.python_threads == 1
+            and not self.numba_threads
+            and not self.torch
+            and self.native_threads <= (1 if self.python >= (3, 12) else THREADS_AT_IMPORT)
+        )
+
+
+def start_method(state: ProcessState | None = None) -> Literal["fork", "spawn"]:
     """How this process starts its workers now: ``"fork"`` where that is safe, else
     ``"spawn"``.
 
     A forked worker shares this process's imports (numpy, pandas, numba and the analysis:
     about 0.5 s that a spawned interpreter spends before its first part), so it starts
-    working about as soon as it is made. Forking is safe only before any thread of this
-    process could hold a lock the child needs, so it is chosen only on Linux, with no Python
-    thread but this one, numba's threading layer not started yet (its OpenMP layer aborts a
-    forked child), and torch not imported (its thread pools). Python 3.12 and later
-    deprecate forking a process with several native threads (numpy's BLAS starts some at
-    import): there workers are forked only where there is none, else spawned. The analysis
-    forks at the start of a run, before it starts any thread (:class:`LocalProcesses`
-    starts its workers when it is made).
+    working about as soon as it is made. Forking is safe only where no thread of this
+    process can hold a lock the child needs, so it is chosen only
+    (``state``, by default this process now)
+
+    * on Linux, with Python 3.11 or later (a pool before 3.10.5 forks its workers on
+      demand, from a thread);
+    * with no Python thread but this one;
+    * with numba's threading layer not started yet (its OpenMP layer aborts a forked child;
+      the first parallel kernel starts it, so a second run in one process spawns);
+    * with torch not imported (its thread pools);
+    * with no native thread beyond those at the analysis' import (:data:`THREADS_AT_IMPORT`:
+      numpy's BLAS threads and pyarrow's allocator thread, which prepare for a fork; a
+      solver's or a user's are not known to). Python 3.12 and later deprecate forking a
+      process with several native threads at all: there the workers are forked only where
+      there is one, which numpy's import already passes, so they are spawned.
+
+    The analysis asks at the start of a run, before it starts any thread
+    (:class:`LocalProcesses` starts its workers when it is made).
     """
-    if not sys.platform.startswith("linux"):
+    if "fork" not in multiprocessing.get_all_start_methods():  # pragma: no cover - Windows
         return "spawn"
-    if "fork" not in multiprocessing.get_all_start_methods():  # pragma: no cover - Linux has it
-        return "spawn"
-    if threading.active_count() > 1 or "torch" in sys.modules or _numba_threads_started():
-        return "spawn"
-    if sys.version_info >= (3, 12) and _native_threads() > 1:
-        return "spawn"
-    return "fork"
+    return "fork" if (state or ProcessState.now()).may_fork() else "spawn"
 
 
 def _start_worker() -> None:

@@ -39,7 +39,7 @@ import numpy as np
 
 from otbound._checks import as_num_drafts, clip_rounding
 from otbound.drafts import DraftDesign, get_design, inverse_cdf
-from otbound.problem import Step, read_only
+from otbound.problem import Step, frozen
 from otbound.stats import wilson_interval
 
 __all__ = [
@@ -309,6 +309,12 @@ def _digest(a: np.ndarray) -> tuple[object, ...]:
     return (a.shape, a.dtype.str, total)
 
 
+def _layout(a: np.ndarray) -> tuple[object, ...]:
+    """``a``'s identity and layout: the key of a frozen row (its values cannot change, but a
+    view's shape, strides and dtype can be set in place)."""
+    return (id(a), a.shape, a.strides, a.dtype.str)
+
+
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether two arrays hold the same bytes (shape and dtype too: ``-0.0`` is not ``0.0``)."""
     if a.shape != b.shape or a.dtype != b.dtype:
@@ -371,15 +377,16 @@ class BaseVerifier(ABC):
         Keyed on a cheap digest of ``p`` and ``q`` (:func:`_digest`: their 64-bit words
         added); an entry keeps copies of the inputs it was built from and serves only inputs
         equal to them bit for bit (a digest that collides builds anew), without hashing the
-        whole rows on every call. Arrays that nothing can write
-        (:func:`otbound.problem.read_only`: the rows :func:`otbound.compare` validated) are
-        keyed on the objects themselves (held by weak references, so an entry never keeps a
-        batch alive): a step's calls pass the same rows, and checking them cost more than
-        the rest of :meth:`_memo` (4 % of the main job).
+        whole rows on every call. Rows that nothing can write (:func:`otbound.problem.frozen`:
+        views of the rows :func:`otbound.compare` validated) are keyed on the objects
+        themselves and their layout (held by weak references, so an entry never keeps a batch
+        alive, and a dead entry never serves an object that took its id): a step's calls
+        pass the same rows, and checking them cost more than the rest of :meth:`_memo`
+        (4 % of the main job).
         """
         cache = self.__dict__.setdefault("_cache", {})
-        if read_only(p) and read_only(q):  # no array can change them: the same objects will do
-            key: tuple[object, ...] = (tag, n, id(p), id(q))
+        if frozen(p) and frozen(q):  # no array can change them: the same objects will do
+            key: tuple[object, ...] = (tag, n, *_layout(p), *_layout(q))
             entry = cache.get(key)
             if entry is None or entry[0]() is not p or entry[1]() is not q:
                 entry = self._memo_entry(cache, key, weakref.ref(p), weakref.ref(q), build)
