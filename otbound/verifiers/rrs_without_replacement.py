@@ -92,8 +92,6 @@ class _Ratios:
     order : int64 (m,)
         Token ids in increasing ``ρ``.
     rho : float64 (m,)
-    pos : int64 (V,)
-        Position of each token in ``order`` (``-1`` where ``q = 0``).
     cum_p, cum_q : float64 (m + 1,)
         Prefix sums of ``p`` and ``q`` in that order.
     tail_p, tail_q : float64 (m + 1,)
@@ -103,8 +101,6 @@ class _Ratios:
     def __init__(self, p: np.ndarray, q: np.ndarray) -> None:
         # the sort is shared with other verifiers and kept across calls (_step_cache)
         self.order = ratio_order(p, q)
-        self.pos = np.full(p.size, -1, dtype=np.int64)
-        self.pos[self.order] = np.arange(self.order.size)
         off = float(p[q <= 0].sum())  # tokens never drafted: always in the residual
         self.rho, self.cum_p, self.cum_q, self.tail_p, self.tail_q, self.q_sorted = _ratio_sums(
             p, q, self.order, off
