@@ -246,19 +246,30 @@ def _describe(exc: BaseException) -> str:
     return text if isinstance(exc, ValueError | OSError) and text else f"{name}: {text}"
 
 
+#: A shard's contribution to the summary: its :func:`cluster_sums`, its :func:`gap_histogram`
+#: and its number of rows.
+_ShardSums = tuple[pd.DataFrame, pd.DataFrame, int]
+
+
+def _shard_sums(rows: pd.DataFrame) -> _ShardSums:
+    """What the summary takes of a shard's table (:func:`_summarise_shards`)."""
+    return cluster_sums(rows), gap_histogram(rows), len(rows)
+
+
 def _summarise_shards(
-    store: _ShardStore, shards: list[ShardInfo], level: float
+    store: _ShardStore, shards: list[ShardInfo], level: float, known: dict[str, _ShardSums]
 ) -> tuple[pd.DataFrame, pd.DataFrame, int]:
-    """The summary, the gap histogram and the number of rows of the shard tables (one shard
-    in memory at a time)."""
+    """The summary, the gap histogram and the number of rows of the shard tables, in shard
+    order: from ``known`` (the shards analysed by this run, summed as they came in, while the
+    other processes went on) or from the stored table (one shard in memory at a time)."""
     sums: list[pd.DataFrame] = []
     histograms: list[pd.DataFrame] = []
     count = 0
     for info in shards:
-        rows = store.rows(info.id)
-        count += len(rows)
-        sums.append(cluster_sums(rows))
-        histograms.append(gap_histogram(rows))
+        shard_sums, histogram, rows = known.get(info.id) or _shard_sums(store.rows(info.id))
+        count += rows
+        sums.append(shard_sums)
+        histograms.append(histogram)
         if len(sums) >= _FOLD_EVERY:
             sums = [fold_cluster_sums(sums)]
     summary = summarise_clusters(fold_cluster_sums(sums), level)
@@ -428,6 +439,7 @@ def run_analysis(
     pending = [info.index for info in shards if done[info.id] is None]
     skipped = [np.asarray(r["skipped"], dtype=np.int64) for r in done.values() if r]
     failures: dict[str, str] = {}
+    known: dict[str, _ShardSums] = {}  # the summary's sums of the shards analysed here
     finished_steps = sum(r["steps"] for r in done.values() if r)
     pending_sizes = {i: sizes[i] for i in pending}
     # the workers first: forked, they must be made before the progress bar's thread starts
@@ -459,6 +471,7 @@ def run_analysis(
                 if isinstance(outcome, Exception):  # a bug: stop (the workers are shut down)
                     raise _bug(outcome, info.id, out / RUN_FILE, record)
                 store.save(outcome)
+                known[info.id] = _shard_sums(outcome.rows)
                 skipped.append(outcome.skipped)
                 if dask is not None:
                     bar.update(outcome.steps)
@@ -477,7 +490,7 @@ def run_analysis(
         if failures:
             write_json(out / RUN_FILE, {**record, "complete": False, "failures": result.failures})
             return result
-        cells = _write_outputs(store, shards, result, level, figures, workers)
+        cells = _write_outputs(store, shards, result, level, figures, workers, known)
     write_json(
         out / RUN_FILE,
         {
@@ -530,14 +543,15 @@ def _write_outputs(
     level: float,
     figures: bool,
     workers: LocalProcesses | None,
+    known: dict[str, _ShardSums],
 ) -> pd.DataFrame:
     """The final tables and figures of a run whose shards all succeeded, into ``result.out``
     (``result``'s cells, files and summary filled in). The summary comes first, so that the
     workers, when there are some, draw the figures while this process writes the tables
-    (the shard tables are read twice: for the summary, then into ``steps.parquet``). Returns
-    the skipped cells."""
+    (the summary takes the sums of the shards analysed by this run, ``known``, and reads the
+    others' tables; the tables are read into ``steps.parquet``). Returns the skipped cells."""
     out = result.out
-    summary, histogram, rows = _summarise_shards(store, shards, level)
+    summary, histogram, rows = _summarise_shards(store, shards, level, known)
 
     skipped_cells = pd.DataFrame()
 
