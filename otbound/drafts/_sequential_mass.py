@@ -962,6 +962,6 @@ def sequential_prefix_minimum(
             break
         starts, ends = next_starts, next_ends
         may_refine = np.ones(starts.size, dtype=bool)
-        states = stored[:, chosen, :]
+        states = np.ascontiguousarray(stored[:, chosen, :])  # one signature of the kernel
     at = np.searchsorted(distinct, wanted)
     return gap[at], index[at]
