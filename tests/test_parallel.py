@@ -315,8 +315,6 @@ SAFE = _parallel.ProcessState(
     ids=str,
 )
 def test_workers_are_forked_only_where_it_is_safe(unsafe: dict) -> None:
-    if "fork" not in _parallel.multiprocessing.get_all_start_methods():
-        pytest.skip("no fork on this platform")
     assert _parallel.start_method(SAFE) == "fork"
     assert _parallel.start_method(dataclasses.replace(SAFE, **unsafe)) == "spawn"
     single = dataclasses.replace(SAFE, python=(3, 13, 0), native_threads=1)

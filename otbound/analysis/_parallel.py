@@ -289,8 +289,6 @@ def start_method(state: ProcessState | None = None) -> Literal["fork", "spawn"]:
     The analysis asks at the start of a run, before it starts any thread
     (:class:`LocalProcesses` starts its workers when it is made).
     """
-    if "fork" not in multiprocessing.get_all_start_methods():  # pragma: no cover - Windows
-        return "spawn"
     return "fork" if (state or ProcessState.now()).may_fork() else "spawn"
 
 
@@ -442,9 +440,10 @@ class LocalProcesses:
             raise ValueError(f"LocalProcesses needs jobs >= 2, got {jobs}")
         self.jobs = jobs
         self._warm = warm
-        self.method = start_method()
         self._pool = ProcessPoolExecutor(
-            jobs - 1, mp_context=multiprocessing.get_context(self.method), initializer=_start_worker
+            jobs - 1,
+            mp_context=multiprocessing.get_context(start_method()),
+            initializer=_start_worker,
         )
         # a task now starts the workers (a forking pool starts them all at its first task, a
         # spawning one as tasks need them), before this process starts any thread
@@ -499,7 +498,7 @@ class LocalProcesses:
 
         try:
             with _one_numba_thread():
-                # this process takes the first part before the workers (which start later)
+                # this process takes the first part (spawned workers start later)
                 feeders.start(parts[1:])
                 part: Part | None = parts[0] if parts else None
                 while part is not None:
