@@ -277,6 +277,29 @@ def test_the_bound_is_the_same_on_any_number_of_threads(kind):
             np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("kind", ["zipf", "extreme"])
+def test_the_serial_builds_give_the_parallel_kernels_bits(kind, monkeypatch):
+    """Levels of little work run the kernels' serial builds (no wake-up of the other
+    threads, :mod:`otbound._threads`): every level serial, every level parallel and the
+    default split give the same bits, and the serial builds are compiled without parallel
+    loops."""
+    assert "parallel" not in mass_module._segment_mass_serial.targetoptions
+    assert "parallel" not in mass_module._segment_power_sums_serial.targetoptions
+    assert mass_module._segment_mass.targetoptions["parallel"]
+    rng = np.random.default_rng(7 + len(kind))
+    rows = [_row(kind, rng, vocab) for vocab in (3_000, 30_000) for _ in range(2)]
+    counts = [2, 3, 4, 8]
+    found = {}
+    default = mass_module.SERIAL_WORK
+    for work in (-1, default, 1 << 62):  # every level parallel, the default, every level serial
+        monkeypatch.setattr(mass_module, "SERIAL_WORK", work)
+        found[work] = [bucketed_prefix_minimum(p, q, counts)[:2] for p, q in rows]
+    for work in (-1, 1 << 62):
+        for (gap, index), (want_gap, want_index) in zip(found[work], found[default], strict=True):
+            np.testing.assert_array_equal(gap, want_gap)
+            np.testing.assert_array_equal(index, want_index)
+
+
 def test_long_excluded_runs_are_cut_at_bucket_boundaries():
     """The first level cuts a run of excluded buckets longer than ``stop / EXCLUDED_PIECES``
     at bucket boundaries only (prefixes of the ``p/q`` order) into blocks of at least that
@@ -706,13 +729,13 @@ def test_settle_level_hands_bad_masses_back_to_numpy_which_raises(monkeypatch):
             np.zeros((1, 501)), np.ones(starts.size, dtype=bool), 8, 1e-13,
         )[0]  # fmt: skip
         assert status == LEVEL_CHECK
-    real = mass_module._segment_mass
+    real = mass_module._sweep_levels
 
-    def skewed(*a):
-        remaining, stored = real(*a)
-        return remaining - 2.0, stored  # every Q(H) above one
+    def skewed(*a):  # the compiled sweep reporting a level with every Q(H) above one
+        _, remaining, left, ends = real(*a)
+        return LEVEL_CHECK, remaining - 2.0, left, ends
 
-    monkeypatch.setattr(mass_module, "_segment_mass", skewed)
+    monkeypatch.setattr(mass_module, "_sweep_levels", skewed)
     with pytest.raises(ValueError, match="exponential clocks"):
         sequential_prefix_minimum(p, q, [4])
 

@@ -305,20 +305,11 @@ def _start_worker() -> None:
     atexit.register(os._exit, 0)
 
 
-@contextlib.contextmanager
-def _one_numba_thread() -> Iterator[None]:
+def _one_numba_thread() -> contextlib.AbstractContextManager[None]:
     """This process's compiled kernels on one thread while the workers hold the other cores."""
-    try:
-        import numba
-    except ImportError:  # pragma: no cover - numba is a dependency
-        yield
-        return
-    threads = numba.get_num_threads()
-    numba.set_num_threads(1)
-    try:
-        yield
-    finally:
-        numba.set_num_threads(threads)
+    from otbound._threads import numba_threads  # numba: imported where it is used
+
+    return numba_threads(1)
 
 
 class _Merger:

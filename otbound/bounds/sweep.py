@@ -250,7 +250,7 @@ def _solve(
     step: Step, n: int, spec: DraftDesign, certificate: bool
 ) -> float | np.ndarray | SweepResult:
     """:func:`optimal_acceptance` on a validated step (checked for the design here)."""
-    spec.check(step.q, n)
+    spec.check_rows(step.q.shape, n, lambda: step.support)
     p2, q2, batch = step.flat
     gap = np.empty(p2.shape[0])
     chosen = np.empty(p2.shape, dtype=bool)
@@ -391,7 +391,7 @@ def optimal_acceptance_by_n(
     if not spec.shared_sweep or len(ns) == 1:  # per_slot never shares: its q changes with n
         return np.stack([np.asarray(_solve(step, n, spec, False), dtype=float) for n in ns])
     for n in ns:
-        spec.check(step.q, n)
+        spec.check_rows(step.q.shape, n, lambda: step.support)  # the support counted once
     p2, q2, batch = step.flat
     gap = np.empty((len(ns), p2.shape[0]))
     step = max(1, _CHUNK_ELEMENTS // (p2.shape[-1] * len(ns)))

@@ -46,6 +46,7 @@ import numpy as np
 
 from otbound._checks import clip_rounding
 from otbound._scratch import scratch
+from otbound._threads import SERIAL_WORK, serial_build
 from otbound.drafts._sequential_layout import (
     PAIRS_FOUND,
     largest_masses,
@@ -369,24 +370,6 @@ def _fold_class(value, limits, first_log, h):  # pragma: no cover - compiled
     return c
 
 
-def _balanced_schedule(edges: np.ndarray, threads: int) -> tuple[np.ndarray, np.ndarray]:
-    """The segments of ``edges`` longer than ``FOLD_MIN`` shared among ``threads`` by length:
-    longest first, each to the thread with the least so far (a segment's power sums cost
-    about its length). Thread ``w`` takes ``schedule[bounds[w]:bounds[w + 1]]``."""
-    lengths = np.diff(edges)
-    load = [0] * max(threads, 1)
-    taken: list[list[int]] = [[] for _ in load]
-    for s in np.argsort(-lengths, kind="stable").tolist():
-        if lengths[s] <= FOLD_MIN:
-            break
-        w = load.index(min(load))
-        load[w] += int(lengths[s])
-        taken[w].append(s)
-    schedule = np.asarray([s for part in taken for s in part], dtype=np.int64)
-    bounds = np.cumsum([0] + [len(part) for part in taken]).astype(np.int64)
-    return schedule, bounds
-
-
 @numba.njit(cache=True, parallel=True)
 def _segment_power_sums(
     vals, edges, rows, limits, h, layout, sigma, fold_end, largest, schedule, bounds, work
@@ -615,11 +598,16 @@ def _segment_mass(
     many = counts.shape[0]
     top = counts[many - 1]
     segments = edges.shape[0] - 1
-    acc = np.zeros((chunks, many, segments))
+    # plain loops, not array expressions: each of those would be a parallel region of its
+    # own, and waking the other threads for it costs more than the work (tens of µs each)
+    acc = np.empty((chunks, many, segments))
+    _fill(acc.reshape(-1), 0.0)
     kept = num_nodes if store else 0
-    stored = stored_buffer[: kept * segments * top].reshape((kept, segments, top))
-    stored[:] = 0.0
-    inverse_factorial = np.ones(MOST_TERMS + 3)
+    flat = stored_buffer[: kept * segments * top]
+    _fill(flat, 0.0)
+    stored = flat.reshape((kept, segments, top))
+    inverse_factorial = np.empty(MOST_TERMS + 3)
+    inverse_factorial[0] = 1.0
     for r in range(1, MOST_TERMS + 3):
         inverse_factorial[r] = inverse_factorial[r - 1] / r
     folding = sigma.shape[0] > 0
@@ -679,7 +667,27 @@ def _segment_mass(
                     below = _record(acc[chunk], state, counts, weight, s)
                     if below < NEGLIGIBLE:
                         break
-    return acc.sum(axis=0), stored
+    out = np.empty((many, segments))
+    for c in range(many):  # the chunks in order, as acc.sum(axis=0)
+        for s in range(segments):
+            total = 0.0
+            for chunk in range(chunks):
+                total += acc[chunk, c, s]
+            out[c, s] = total
+    return out, stored
+
+
+@numba.njit(cache=True, inline="always")
+def _fill(array, value):  # pragma: no cover - compiled
+    """``array[:] = value`` as a plain loop (in a parallel kernel, not a parallel region)."""
+    for i in range(array.shape[0]):
+        array[i] = value
+
+
+#: The kernels above without parallel loops, for the levels too small to wake the other
+#: threads (:func:`_sweep_levels`).
+_segment_power_sums_serial = serial_build(_segment_power_sums)
+_segment_mass_serial = serial_build(_segment_mass)
 
 
 def _grid(smallest: float, distinct: np.ndarray, h: float):
@@ -763,6 +771,158 @@ def _growth_bounds(
         with np.errstate(over="ignore"):  # a rest below 1/MAX_FLOAT: K = inf, still a bound
             out.append(float(np.sum(1.0 / part)) if np.all(part > 0) else math.inf)
     return out
+
+
+@numba.njit(cache=True, inline="always")
+def _take(buffer, size):  # pragma: no cover - compiled
+    """The first ``size`` entries of ``buffer``, or fresh memory where it is shorter."""
+    if size <= buffer.shape[0]:
+        return buffer[:size]
+    return np.empty(size)
+
+
+@numba.njit(cache=True)
+def _balanced_schedule(edges, threads):  # pragma: no cover - compiled
+    """The segments of ``edges`` longer than ``FOLD_MIN`` shared among ``threads`` by length:
+    longest first (ties in segment order), each to the thread with the least so far (a
+    segment's power sums cost about its length). Thread ``w`` takes
+    ``schedule[bounds[w]:bounds[w + 1]]``."""
+    lengths = edges[1:] - edges[:-1]
+    threads = max(threads, 1)
+    owner = np.full(lengths.shape[0], -1, dtype=np.int64)
+    load = np.zeros(threads, dtype=np.int64)
+    for s in np.argsort(-lengths, kind="mergesort"):
+        if lengths[s] <= FOLD_MIN:
+            break
+        w = int(np.argmin(load))  # the first of the least loaded
+        load[w] += lengths[s]
+        owner[s] = w
+    bounds = np.zeros(threads + 1, dtype=np.int64)
+    for s in range(owner.shape[0]):
+        if owner[s] >= 0:
+            bounds[owner[s] + 1] += 1
+    for w in range(threads):
+        bounds[w + 1] += bounds[w]
+    schedule = np.empty(bounds[threads], dtype=np.int64)
+    fill = bounds[:threads].copy()
+    for s in np.argsort(-lengths, kind="mergesort"):  # each thread's segments, longest first
+        if owner[s] >= 0:
+            schedule[fill[owner[s]]] = s
+            fill[owner[s]] += 1
+    return schedule, bounds
+
+
+@numba.njit(cache=True)
+def _sweep_levels(  # pragma: no cover - compiled
+    q, suffix, positives, cum_p, p, integrated, slots, growth, gap, index, known, beta, limits,
+    first, may_refine, t_lo, scale, h, num_nodes, layout_buffer, work_buffer, sigma_buffer,
+    stored_buffer, inverse, threads, serial_work,
+):  # fmt: skip
+    """The levels of :func:`sequential_prefix_minimum`'s block sweep, from the first level's
+    segment ends ``first`` (and which of them ``may_refine``) down to single tokens.
+
+    Each level lays out its segments' tokens (:func:`level_layout`), takes the power sums of
+    the long ones (:func:`_segment_power_sums`), sweeps the count distributions at every node
+    (:func:`_segment_mass`) and settles the segment ends and the next level's segments
+    (:func:`settle_level`), updating ``gap``, ``index`` and ``known`` in place: one compiled
+    call per row instead of some twenty Python and numpy calls per level.
+
+    A level of at most ``serial_work`` tokens times nodes runs the kernels' serial builds on
+    this thread alone (waking the others costs more, :mod:`otbound._threads`); the others
+    run on numba's ``threads`` (the power sums' shares). The buffers are work memory (their
+    values do not matter; a level that needs more takes fresh memory).
+
+    Returns
+    -------
+    status : int
+        :data:`LEVEL_SETTLED`, or :data:`LEVEL_CHECK` (a mass out of ``[0, 1]`` beyond
+        rounding, or a NaN), with the failing level's ``remaining``, ``left`` and segment
+        ``ends`` for the caller's numpy checks.
+    """
+    top = integrated[integrated.shape[0] - 1]
+    chunks = max(1, min(NODE_CHUNKS, num_nodes))
+    starts = first[:-1]
+    ends = first[1:]
+    groups = np.zeros(2, dtype=np.int64)
+    groups[1] = starts.shape[0]
+    states = np.zeros((num_nodes, 1, top))
+    for j in range(num_nodes):
+        states[j, 0, 0] = 1.0
+    remaining = np.zeros((integrated.shape[0], 0))
+    left = np.zeros(0)
+    while starts.shape[0]:
+        # the level's tokens, segment after segment: on the first level (segments that
+        # follow each other from 0) and unscaled, views of the row's own arrays
+        whole = scale == 1.0 and starts[0] == 0
+        for s in range(1, starts.shape[0]):
+            whole = whole and starts[s] == ends[s - 1]
+        edges, vals, lam_after, rows, total, longest = level_layout(
+            q, suffix, starts, ends, scale, FOLD_MIN, not whole
+        )
+        if whole:
+            vals = q[: ends[-1]]
+            lam_after = suffix[1 : ends[-1] + 1]
+        store = 1 if longest > 1 else 0  # the next level starts from this one's states
+        layout = _take(layout_buffer, vals.shape[0])
+        sigma = _take(sigma_buffer, total * num_nodes * MOST_TERMS).reshape(
+            (total, num_nodes, MOST_TERMS)
+        )
+        fold_end = np.empty((total, num_nodes), dtype=np.int64)
+        peaks = np.empty((total, num_nodes))  # each block's largest folded mass, per node
+        serial = vals.shape[0] * num_nodes <= serial_work  # this thread alone
+        if total:
+            schedule, bounds = _balanced_schedule(edges, 1 if serial else threads)
+            if work_buffer.shape[1] >= vals.shape[0]:
+                work = work_buffer
+            else:
+                work = np.empty((3, vals.shape[0]))
+            if serial:
+                _segment_power_sums_serial(
+                    vals, edges, rows, limits, h, layout, sigma, fold_end, peaks, schedule,
+                    bounds, work,
+                )  # fmt: skip
+            else:
+                _segment_power_sums(
+                    vals, edges, rows, limits, h, layout, sigma, fold_end, peaks, schedule,
+                    bounds, work,
+                )  # fmt: skip
+        segments = edges.shape[0] - 1
+        stored = _take(stored_buffer, num_nodes * segments * top if store else 0)
+        if serial:
+            remaining, stored = _segment_mass_serial(
+                vals, lam_after, integrated, t_lo / scale, h, num_nodes, groups, edges, layout,
+                sigma, rows, fold_end, peaks, beta, states, store, chunks, stored,
+            )  # fmt: skip
+        else:
+            remaining, stored = _segment_mass(
+                vals, lam_after, integrated, t_lo / scale, h, num_nodes, groups, edges, layout,
+                sigma, rows, fold_end, peaks, beta, states, store, chunks, stored,
+            )  # fmt: skip
+        left = _left_weight_kernel(suffix[ends], t_lo, h, inverse)
+        # Q at the segment ends, the minimum so far, and the next level: inside a segment
+        # p(H_i) ≥ p(H_s) + r_s m and Q(H_i) ≤ min(Q(H_e), Q(H_s) + K_e m) (m = q(H_i) −
+        # q(H_s)), so p(H_i) − Q(H_i) ≥ p(H_s) − Q(H_e) + min(r_s/K_e, 1) ΔQ with
+        # K_e = q(H_e)^{n−1} K (:func:`_growth_bound`); then each inside prefix with its own
+        # p(H_i) and also the chord of Q; each candidate is cut into REFINE pieces (of at
+        # least one token)
+        status, chosen, next_starts, next_ends, groups = settle_level(
+            starts, ends, remaining, left, positives, cum_p, suffix, p, q, integrated, slots,
+            growth, gap, index, known, may_refine, REFINE if longest > 1 else 0,
+            CANDIDATE_SLACK,
+        )  # fmt: skip
+        if status != LEVEL_SETTLED:
+            return status, remaining, left, ends
+        if longest == 1:
+            break
+        starts = next_starts
+        ends = next_ends
+        may_refine = np.ones(starts.shape[0], dtype=np.bool_)
+        states = np.empty((num_nodes, chosen.shape[0], top))  # the candidates' start states
+        for j in range(num_nodes):
+            for c in range(chosen.shape[0]):
+                for k in range(top):
+                    states[j, c, k] = stored[j, chosen[c], k]
+    return LEVEL_SETTLED, remaining, left, ends
 
 
 def sequential_prefix_minimum(
@@ -894,74 +1054,19 @@ def sequential_prefix_minimum(
     else:
         first = np.asarray(cuts, dtype=np.int64)
         may_refine = np.ones(first.size - 1, dtype=bool) if refinable is None else refinable
-    # a level: segments [starts, ends) in groups of consecutive ones (one range each)
-    starts, ends = first[:-1], first[1:]
-    groups = np.array([0, starts.size])
-    states = np.zeros((num_nodes, 1, top))
-    states[:, 0, 0] = 1.0
-    while starts.size:
-        # the level's tokens, segment after segment: on the first level (segments that
-        # follow each other from 0) and unscaled, views of the row's own arrays
-        whole = bool(scale == 1.0 and starts[0] == 0 and np.array_equal(starts[1:], ends[:-1]))
-        edges, vals, lam_after, rows, total, longest = level_layout(
-            q, suffix, starts, ends, scale, FOLD_MIN, not whole
-        )
-        if whole:
-            vals, lam_after = q[: ends[-1]], suffix[1 : ends[-1] + 1]
-        store = int(longest > 1)  # the next level starts from this one's states
-        layout = scratch("sequential layout", (vals.size,))
-        sigma = scratch("sequential power sums", (total, num_nodes, MOST_TERMS))
-        fold_end = np.empty((total, num_nodes), dtype=np.int64)
-        peaks = np.empty((total, num_nodes))  # each block's largest folded mass, per node
-        if total:
-            schedule, bounds = _balanced_schedule(edges, numba.get_num_threads())
-            work = scratch("sequential power-sum work", (3, vals.size))
-            _segment_power_sums(
-                vals, edges, rows, limits, h, layout, sigma, fold_end, peaks, schedule, bounds,
-                work,
-            )  # fmt: skip
-        remaining, stored = _segment_mass(
-            vals,
-            lam_after,
-            integrated,
-            t_lo / scale,
-            h,
-            num_nodes,
-            groups,
-            edges,
-            layout,
-            sigma,
-            rows,
-            fold_end,
-            peaks,
-            beta,
-            states,
-            store,
-            max(1, min(NODE_CHUNKS, num_nodes)),
-            scratch(
-                "sequential stored states", (num_nodes * (edges.size - 1) * top if store else 0,)
-            ),
-        )
-        left = _left_weight(suffix[ends], t_lo, h)
-        # Q at the segment ends, the minimum so far, and the next level: inside a segment
-        # p(H_i) ≥ p(H_s) + r_s m and Q(H_i) ≤ min(Q(H_e), Q(H_s) + K_e m) (m = q(H_i) −
-        # q(H_s)), so p(H_i) − Q(H_i) ≥ p(H_s) − Q(H_e) + min(r_s/K_e, 1) ΔQ with
-        # K_e = q(H_e)^{n−1} K (:func:`_growth_bound`); then each inside prefix with its own
-        # p(H_i) and also the chord of Q; each candidate is cut into REFINE pieces (of at
-        # least one token)
-        status, chosen, next_starts, next_ends, groups = settle_level(
-            starts, ends, remaining, left, positives, cum_p, suffix, p_row, q, integrated,
-            slots, growth, gap, index, known, may_refine, REFINE if longest > 1 else 0,
-            CANDIDATE_SLACK,
-        )  # fmt: skip
-        if status != LEVEL_SETTLED:  # numpy's checks, which raise
-            for k, n in enumerate(integrated):
-                settle(int(slots[k]), ends, exact(int(n), ends, remaining[k], left))
-            raise AssertionError("settle_level reported a value that numpy's checks passed")
-        if longest == 1:
-            break
-        starts, ends = next_starts, next_ends
-        may_refine = np.ones(starts.size, dtype=bool)
-        states = np.ascontiguousarray(stored[:, chosen, :])  # one signature of the kernel
+    segments = first.size - 1  # the first level's: the buffers below fit it (and usually the rest)
+    status, remaining, left, ends = _sweep_levels(
+        q, suffix, positives, cum_p, p_row, integrated, slots, growth, gap, index, known,
+        beta, limits, np.ascontiguousarray(first, dtype=np.int64),
+        np.ascontiguousarray(may_refine, dtype=np.bool_), t_lo, scale, h, num_nodes,
+        scratch("sequential layout", (size,)), scratch("sequential power-sum work", (3, size)),
+        scratch("sequential power sums", (segments * num_nodes * MOST_TERMS,)),
+        scratch("sequential stored states", (segments * num_nodes * top,)),
+        _inverse(h), numba.get_num_threads(), SERIAL_WORK,
+    )  # fmt: skip
+    if status != LEVEL_SETTLED:  # numpy's checks, which raise
+        for k, n in enumerate(integrated):
+            settle(int(slots[k]), ends, exact(int(n), ends, remaining[k], left))
+        raise AssertionError("settle_level reported a value that numpy's checks passed")
     at = np.searchsorted(distinct, wanted)
     return gap[at], index[at]
