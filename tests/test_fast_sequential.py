@@ -377,6 +377,42 @@ def test_ratio_buckets_keep_the_order_and_the_sums():
         assert np.all(tops[b, largest.size :] == 0.0)
 
 
+def test_the_compiled_bucket_plan_is_the_numpy_candidates_and_sort():
+    """:func:`_bucket_plan` picks the union of :func:`bucketed_candidates` over ``n`` (the
+    numpy reference), sorts those buckets as :func:`sort_buckets` does and gathers the rows
+    in the new order."""
+    from otbound.drafts._ratio_buckets import sort_buckets
+    from otbound.drafts._sequential_bucketed import _bucket_plan, bucketed_candidates
+
+    rng = np.random.default_rng(31)
+    picked_any = 0
+    for trial in range(24):
+        kind = ("zipf", "peaked", "dirichlet", "ties")[trial % 4]
+        p, q = _row(kind, rng, int(rng.integers(50, 3000)))
+        counts = np.array(sorted({2, int(rng.integers(3, 9)), 8}), dtype=np.int64)
+        buckets, order, ratio, starts, edge, sum_p, sum_q, tops = bucket_row(p, q, 8)
+        cum_p = np.concatenate(([0.0], np.cumsum(sum_p)))
+        cum_q = np.concatenate(([0.0], np.cumsum(sum_q)))
+        want = np.zeros(buckets, dtype=bool)
+        for n in counts:
+            want |= bucketed_candidates(cum_p, cum_q, edge, sum_q, tops, int(n))
+        want_order = order.copy()
+        sort_buckets(want_order, ratio, starts, np.flatnonzero(want))
+        chosen, stop, p_sorted, q_sorted, columns = _bucket_plan(
+            p, q, order, ratio, starts, edge, sum_p, sum_q, tops, counts
+        )
+        np.testing.assert_array_equal(chosen, want)
+        picked = np.flatnonzero(want)
+        picked_any += picked.size
+        assert stop == (starts[picked[-1] + 1] if picked.size else 0)
+        size = starts[-1]
+        np.testing.assert_array_equal(order[:size], want_order[:size])
+        np.testing.assert_array_equal(p_sorted, p[order[:size]])
+        np.testing.assert_array_equal(q_sorted, q[order[:size]])
+        np.testing.assert_array_equal(columns, bucket_columns(starts, picked))
+    assert picked_any > 0
+
+
 @pytest.mark.parametrize("n", [2, 3, 5, 8])
 def test_product_lower_bound_bounds_q_from_below(n):
     """``Π_{j<n} (q(H) − M_j)/(1 − M_j) ≤ Q(H) ≤ q(H)^n`` at every bucket boundary."""

@@ -40,6 +40,7 @@ __all__ = [
     "MANTISSA_BITS",
     "bucket_row",
     "product_lower_bound",
+    "product_lower_kernel",
     "sort_buckets",
     "sort_chosen_buckets",
 ]
@@ -180,7 +181,7 @@ def bucket_row(
 
 
 @numba.njit(cache=True)
-def _product_lower_kernel(cum_q, tops, n, out):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+def product_lower_kernel(cum_q, tops, n, out):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     buckets = tops.shape[0]
     out[0] = 0.0 if n > 0 else 1.0
     for b in range(buckets):
@@ -220,7 +221,7 @@ def product_lower_bound(cum_q: np.ndarray, tops: np.ndarray, n: int) -> np.ndarr
     if tops.shape[1] < n:
         raise ValueError(f"product_lower_bound: tops has {tops.shape[1]} columns, n={n} needs n")
     out = np.empty(cum_q.shape[0])
-    _product_lower_kernel(cum_q, np.ascontiguousarray(tops[:, :n]), n, out)
+    product_lower_kernel(cum_q, np.ascontiguousarray(tops[:, :n]), n, out)
     return out
 
 

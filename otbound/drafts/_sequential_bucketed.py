@@ -26,10 +26,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numba
 import numpy as np
 
-from otbound.drafts._ratio_buckets import bucket_row, product_lower_bound, sort_buckets
+from otbound.drafts._ratio_buckets import (
+    bucket_row,
+    product_lower_bound,
+    product_lower_kernel,
+    sort_chosen_buckets,
+)
 from otbound.drafts._sequential_layout import bucket_columns
+from otbound.drafts._sequential_level import power
 from otbound.drafts._sequential_mass import REFINE, TOP_SEGMENTS, sequential_prefix_minimum
 
 __all__ = ["MARGIN", "bucketed_candidates", "bucketed_prefix_minimum"]
@@ -72,6 +79,59 @@ def bucketed_candidates(
     top_q = np.minimum(cum_q, 1.0) ** n
     lower = np.minimum(cum_p[:-1] - top_q[:-1], cum_p[:-1] + edge * mass - top_q[1:])
     return np.asarray(lower <= upper_value + MARGIN)
+
+
+@numba.njit(cache=True)
+def _bucket_plan(p, q, order, ratio, starts, edge, sum_p, sum_q, tops, counts):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """The buckets that can hold the minimum for some ``n`` in ``counts`` (ascending), sorted
+    by ratio in place in ``order`` (:func:`bucketed_candidates` for each ``n``, then
+    :func:`~otbound.drafts._ratio_buckets.sort_chosen_buckets`), in one compiled call.
+
+    Returns
+    -------
+    chosen : bool (K,)
+        The candidate buckets.
+    stop : int
+        The end of the last candidate bucket (0 when there is none).
+    p_sorted, q_sorted : float64 (starts[K],)
+        ``p`` and ``q`` of the tokens in the new bucket order.
+    columns : int64
+        The prefix lengths that are prefixes of the ``p/q`` order
+        (:func:`~otbound.drafts._sequential_layout.bucket_columns`).
+    """
+    buckets = starts.shape[0] - 1
+    cum_p = np.zeros(buckets + 1)  # sequential sums, as np.cumsum
+    cum_q = np.zeros(buckets + 1)
+    for b in range(buckets):
+        cum_p[b + 1] = cum_p[b] + sum_p[b]
+        cum_q[b + 1] = cum_q[b] + sum_q[b]
+    chosen = np.zeros(buckets, dtype=np.bool_)
+    lower_q = np.empty(buckets + 1)
+    for n in counts:
+        product_lower_kernel(cum_q, tops, n, lower_q)
+        lowest = np.inf  # min_b [P_b − Q_lo(H_b)], a NaN if one is (as np.min)
+        for b in range(buckets + 1):
+            value = cum_p[b] - lower_q[b]
+            if value != value or value < lowest:
+                lowest = value
+            if value != value:
+                break
+        upper_value = lowest if lowest < 0.0 else 0.0  # as min(0.0, lowest): NaN gives 0
+        for b in range(buckets):
+            top_q = power(min(cum_q[b], 1.0), n)
+            next_q = power(min(cum_q[b + 1], 1.0), n)
+            lower = min(cum_p[b] - top_q, cum_p[b] + edge[b] * sum_q[b] - next_q)
+            chosen[b] |= lower <= upper_value + MARGIN
+    picked = np.flatnonzero(chosen)
+    sort_chosen_buckets(order, ratio, starts, picked)
+    size = starts[buckets]
+    stop = starts[picked[-1] + 1] if picked.shape[0] else 0
+    p_sorted = np.empty(size)
+    q_sorted = np.empty(size)
+    for i in range(size):
+        p_sorted[i] = p[order[i]]
+        q_sorted[i] = q[order[i]]
+    return chosen, stop, p_sorted, q_sorted, bucket_columns(starts, picked)
 
 
 def _first_cuts(chosen: np.ndarray, starts: np.ndarray, stop: int) -> tuple[np.ndarray, np.ndarray]:
@@ -150,24 +210,18 @@ def bucketed_prefix_minimum(
     buckets, order, ratio, starts, edge, sum_p, sum_q, tops = bucket_row(p, q, max(wanted))
     if buckets < 0:
         return None
-    cum_p = np.concatenate(([0.0], np.cumsum(sum_p)))
-    cum_q = np.concatenate(([0.0], np.cumsum(sum_q)))
-    chosen = np.zeros(buckets, dtype=bool)
-    for n in sorted(set(wanted)):
-        chosen |= bucketed_candidates(cum_p, cum_q, edge, sum_q, tops, n)
-    picked = np.flatnonzero(chosen)
-    sort_buckets(order, ratio, starts, picked)
-    size = int(starts[-1])
-    order = order[:size]
-    stop = int(starts[picked[-1] + 1]) if picked.size else 0
+    chosen, stop, p_sorted, q_sorted, columns = _bucket_plan(
+        p, q, order, ratio, starts, edge, sum_p, sum_q, tops, np.unique(wanted)
+    )
+    order = order[: int(starts[-1])]
     cuts, refinable = _first_cuts(chosen, starts, stop)
     gap, index = sequential_prefix_minimum(
-        p[order],
-        q[order],
+        p_sorted,
+        q_sorted,
         wanted,
         cuts=cuts,
         refinable=refinable,
-        columns=bucket_columns(starts, picked),  # the boundaries, and inside the sorted buckets
+        columns=columns,
         stop=stop,
         largest=tops[-1] if buckets else None,  # the row's largest masses, descending
     )

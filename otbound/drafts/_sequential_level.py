@@ -6,7 +6,7 @@ lays out its tokens, turns the trapezoid sums at the segment ends into ``Q(H)``,
 minimum of ``p(H) − Q(H)``, bounds ``p(H) − Q(H)`` inside each segment and cuts the
 candidates into the next level's segments. As numpy expressions that was some forty calls a
 level; here it is two. Every value is the numpy expressions' bit for bit (the same operations
-in the same order; the one power of the candidate test aside, :func:`_power`); where numpy's
+in the same order; the one power of the candidate test aside, :func:`power`); where numpy's
 checks would raise (a mass outside ``[0, 1]`` beyond
 rounding, a NaN) :func:`settle_level` reports it and the caller runs the numpy lines, which
 raise as before.
@@ -21,7 +21,7 @@ import numpy as np
 
 from otbound._checks import ROUNDING_TOLERANCE
 
-__all__ = ["LEVEL_CHECK", "LEVEL_SETTLED", "level_layout", "settle_level"]
+__all__ = ["LEVEL_CHECK", "LEVEL_SETTLED", "level_layout", "power", "settle_level"]
 
 #: :func:`settle_level` settled the level.
 LEVEL_SETTLED = 0
@@ -73,11 +73,12 @@ def level_layout(q, suffix, starts, ends, scale, fold_min, tokens=True):  # type
 
 
 @numba.njit(inline="always")
-def _power(x, e):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+def power(x, e):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """``x ** e`` for an integer ``e ≥ 0``: numpy's special cases (``e ≤ 2``), else the C
     library's ``pow``, which can differ from numpy's vectorised one by an ulp. It only enters
-    the candidate test, a lower bound that then moves by a relative 1e-16, far inside its
-    slack (``CANDIDATE_SLACK``, 1e-13)."""
+    candidate tests, bounds that then move by a relative 1e-16, far inside their slack
+    (``CANDIDATE_SLACK``, 1e-13, here; ``MARGIN``, 1e-9, in the bucket test of
+    :mod:`otbound.drafts._sequential_bucketed`)."""
     if e == 0:
         return 1.0
     if e == 1:
@@ -225,7 +226,7 @@ def settle_level(  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
         ratio = p[start] / q[start] if q[start] > 0.0 else np.inf
         for k in range(many):
             rise = max(known[k, end] - known[k, start], 0.0)
-            slope = growth[k] * _power(reach, integrated[k] - 1)
+            slope = growth[k] * power(reach, integrated[k] - 1)
             share = ratio / slope
             if share > 1.0:
                 share = 1.0  # np.minimum: a NaN stays NaN

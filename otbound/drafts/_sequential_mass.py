@@ -215,7 +215,8 @@ def _prefix_layout(
     wanted = np.asarray(list(counts), dtype=np.int64)
     p = np.zeros_like(q) if p_sorted is None else np.ascontiguousarray(p_sorted, np.float64)
     cum_p, suffix, positives = prefix_sums(p, q)
-    return q, wanted, np.unique(wanted), suffix, positives, cum_p
+    distinct = np.asarray(sorted(set(wanted.tolist())), dtype=np.int64)  # np.unique's
+    return q, wanted, distinct, suffix, positives, cum_p
 
 
 def sequential_prefix_masses(
@@ -765,12 +766,14 @@ def _growth_bounds(
     masses (:func:`otbound.drafts._sequential_layout.largest_masses`), or from ``largest``
     (the ``max(counts)`` or more largest entries of ``q``, descending) where given."""
     rest = _other_masses(q, min(max(counts), q.size), largest)
-    out = []
-    for n in counts:
-        part = rest[:n]
-        with np.errstate(over="ignore"):  # a rest below 1/MAX_FLOAT: K = inf, still a bound
-            out.append(float(np.sum(1.0 / part)) if np.all(part > 0) else math.inf)
-    return out
+    with np.errstate(over="ignore", divide="ignore"):  # a rest below 1/MAX_FLOAT: K = inf
+        inverse = 1.0 / rest
+    # rest never rises with j (a total minus a growing sum), so its last entry used decides
+    last = [min(n, rest.size) - 1 for n in counts]
+    return [
+        float(np.sum(inverse[:n])) if rest[j] > 0 else math.inf
+        for n, j in zip(counts, last, strict=True)
+    ]
 
 
 @numba.njit(cache=True, inline="always")
