@@ -94,16 +94,19 @@ def check_rows(x: Any, name: str, *, normalize: bool, min_ndim: int, ops: RowOps
             kind = "NaN" if bool(x[bad] != x[bad]) else "an infinite value"
             raise ValueError(f"{name} contains {kind} at index {bad}")
     sums = x.sum(-1)
-    negative = None if usual else x < 0
-    if negative is not None and bool(negative.any()):
-        bad = ops.first(negative)
-        hint = ""
-        if bool((abs(sums - 1.0) > SUM_TOLERANCE).all()):
-            hint = (
-                "; it looks like logits rather than probabilities: convert with "
-                "scipy.special.softmax(logits, axis=-1) or otbound.softmax"
+    if not usual:
+        negative = x < 0
+        if bool(negative.any()):
+            bad = ops.first(negative)
+            hint = ""
+            if bool((abs(sums - 1.0) > SUM_TOLERANCE).all()):
+                hint = (
+                    "; it looks like logits rather than probabilities: convert with "
+                    "scipy.special.softmax(logits, axis=-1) or otbound.softmax"
+                )
+            raise ValueError(
+                f"{name} has a negative entry {float(x[bad]):.6g} at index {bad}{hint}"
             )
-        raise ValueError(f"{name} has a negative entry {float(x[bad]):.6g} at index {bad}{hint}")
     zero = sums <= 0
     if bool(zero.any()):
         bad = ops.first(zero) if sums.ndim else ()

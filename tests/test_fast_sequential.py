@@ -377,10 +377,20 @@ def test_ratio_buckets_keep_the_order_and_the_sums():
         assert np.all(tops[b, largest.size :] == 0.0)
 
 
+def _numpy_candidates(cum_p, cum_q, edge, mass, tops, n):
+    """:func:`bucketed_candidates` as numpy expressions (the reference of the compiled one)."""
+    from otbound.drafts._sequential_bucketed import MARGIN
+
+    upper_value = min(0.0, float(np.min(cum_p - product_lower_bound(cum_q, tops, n))))
+    top_q = np.minimum(cum_q, 1.0) ** n
+    lower = np.minimum(cum_p[:-1] - top_q[:-1], cum_p[:-1] + edge * mass - top_q[1:])
+    return lower <= upper_value + MARGIN
+
+
 def test_the_compiled_bucket_plan_is_the_numpy_candidates_and_sort():
-    """:func:`_bucket_plan` picks the union of :func:`bucketed_candidates` over ``n`` (the
-    numpy reference), sorts those buckets as :func:`sort_buckets` does and gathers the rows
-    in the new order."""
+    """:func:`_bucket_plan` picks the union over ``n`` of the buckets numpy's candidate test
+    keeps (as does :func:`bucketed_candidates` for each ``n``), sorts those buckets as
+    :func:`sort_buckets` does and gathers the rows in the new order."""
     from otbound.drafts._ratio_buckets import sort_buckets
     from otbound.drafts._sequential_bucketed import _bucket_plan, bucketed_candidates
 
@@ -395,7 +405,11 @@ def test_the_compiled_bucket_plan_is_the_numpy_candidates_and_sort():
         cum_q = np.concatenate(([0.0], np.cumsum(sum_q)))
         want = np.zeros(buckets, dtype=bool)
         for n in counts:
-            want |= bucketed_candidates(cum_p, cum_q, edge, sum_q, tops, int(n))
+            one = _numpy_candidates(cum_p, cum_q, edge, sum_q, tops, int(n))
+            np.testing.assert_array_equal(
+                bucketed_candidates(cum_p, cum_q, edge, sum_q, tops, int(n)), one
+            )
+            want |= one
         want_order = order.copy()
         sort_buckets(want_order, ratio, starts, np.flatnonzero(want))
         chosen, stop, p_sorted, q_sorted, columns = _bucket_plan(

@@ -75,10 +75,32 @@ def bucketed_candidates(
     numpy.ndarray of bool, shape (K,)
         ``min(P_b − C_b^n, P_b + r_b q_b − C_{b+1}^n) ≤ U + MARGIN``.
     """
-    upper_value = min(0.0, float(np.min(cum_p - product_lower_bound(cum_q, tops, n))))
-    top_q = np.minimum(cum_q, 1.0) ** n
-    lower = np.minimum(cum_p[:-1] - top_q[:-1], cum_p[:-1] + edge * mass - top_q[1:])
-    return np.asarray(lower <= upper_value + MARGIN)
+    chosen = np.zeros(mass.shape[0], dtype=bool)
+    _mark_candidates(cum_p, cum_q, edge, mass, product_lower_bound(cum_q, tops, n), n, chosen)
+    return chosen
+
+
+@numba.njit(cache=True)
+def _mark_candidates(cum_p, cum_q, edge, mass, lower_q, n, chosen):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """Set ``chosen[b]`` where :func:`bucketed_candidates` keeps bucket ``b`` for ``n``
+    (``lower_q``: the product lower bound at every boundary); the others stay as they were.
+
+    ``U = min(0, min_b [P_b − Q_lo(H_b)])`` as numpy's ``min(0.0, np.min(...))`` gives it (a
+    NaN among the values makes it 0); ``C^n`` by :func:`power`.
+    """
+    lowest = np.inf  # min_b [P_b − Q_lo(H_b)], a NaN if one is (as np.min)
+    for b in range(lower_q.shape[0]):
+        value = cum_p[b] - lower_q[b]
+        if value != value or value < lowest:
+            lowest = value
+        if value != value:
+            break
+    upper_value = lowest if lowest < 0.0 else 0.0  # as min(0.0, lowest): NaN gives 0
+    for b in range(mass.shape[0]):
+        top_q = power(min(cum_q[b], 1.0), n)
+        next_q = power(min(cum_q[b + 1], 1.0), n)
+        lower = min(cum_p[b] - top_q, cum_p[b] + edge[b] * mass[b] - next_q)
+        chosen[b] |= lower <= upper_value + MARGIN
 
 
 @numba.njit(cache=True)
@@ -109,19 +131,7 @@ def _bucket_plan(p, q, order, ratio, starts, edge, sum_p, sum_q, tops, counts): 
     lower_q = np.empty(buckets + 1)
     for n in counts:
         product_lower_kernel(cum_q, tops, n, lower_q)
-        lowest = np.inf  # min_b [P_b − Q_lo(H_b)], a NaN if one is (as np.min)
-        for b in range(buckets + 1):
-            value = cum_p[b] - lower_q[b]
-            if value != value or value < lowest:
-                lowest = value
-            if value != value:
-                break
-        upper_value = lowest if lowest < 0.0 else 0.0  # as min(0.0, lowest): NaN gives 0
-        for b in range(buckets):
-            top_q = power(min(cum_q[b], 1.0), n)
-            next_q = power(min(cum_q[b + 1], 1.0), n)
-            lower = min(cum_p[b] - top_q, cum_p[b] + edge[b] * sum_q[b] - next_q)
-            chosen[b] |= lower <= upper_value + MARGIN
+        _mark_candidates(cum_p, cum_q, edge, sum_q, lower_q, n, chosen)
     picked = np.flatnonzero(chosen)
     sort_chosen_buckets(order, ratio, starts, picked)
     size = starts[buckets]

@@ -792,9 +792,10 @@ def _balanced_schedule(edges, threads):  # pragma: no cover - compiled
     ``schedule[bounds[w]:bounds[w + 1]]``."""
     lengths = edges[1:] - edges[:-1]
     threads = max(threads, 1)
+    ranked = np.argsort(-lengths, kind="mergesort")  # longest first, ties in segment order
     owner = np.full(lengths.shape[0], -1, dtype=np.int64)
     load = np.zeros(threads, dtype=np.int64)
-    for s in np.argsort(-lengths, kind="mergesort"):
+    for s in ranked:
         if lengths[s] <= FOLD_MIN:
             break
         w = int(np.argmin(load))  # the first of the least loaded
@@ -808,7 +809,7 @@ def _balanced_schedule(edges, threads):  # pragma: no cover - compiled
         bounds[w + 1] += bounds[w]
     schedule = np.empty(bounds[threads], dtype=np.int64)
     fill = bounds[:threads].copy()
-    for s in np.argsort(-lengths, kind="mergesort"):  # each thread's segments, longest first
+    for s in ranked:  # each thread's segments, longest first
         if owner[s] >= 0:
             schedule[fill[owner[s]]] = s
             fill[owner[s]] += 1
@@ -833,7 +834,9 @@ def _sweep_levels(  # pragma: no cover - compiled
     A level of at most ``serial_work`` tokens times nodes runs the kernels' serial builds on
     this thread alone (waking the others costs more, :mod:`otbound._threads`); the others
     run on numba's ``threads`` (the power sums' shares). The buffers are work memory (their
-    values do not matter; a level that needs more takes fresh memory).
+    values do not matter): ``work_buffer`` of shape (3, ``q.size``) at least (a level's
+    tokens are never more), the others as large as the first level needs (a later level
+    that needs more takes fresh memory).
 
     Returns
     -------
@@ -875,19 +878,15 @@ def _sweep_levels(  # pragma: no cover - compiled
         serial = vals.shape[0] * num_nodes <= serial_work  # this thread alone
         if total:
             schedule, bounds = _balanced_schedule(edges, 1 if serial else threads)
-            if work_buffer.shape[1] >= vals.shape[0]:
-                work = work_buffer
-            else:
-                work = np.empty((3, vals.shape[0]))
             if serial:
                 _segment_power_sums_serial(
                     vals, edges, rows, limits, h, layout, sigma, fold_end, peaks, schedule,
-                    bounds, work,
+                    bounds, work_buffer,
                 )  # fmt: skip
             else:
                 _segment_power_sums(
                     vals, edges, rows, limits, h, layout, sigma, fold_end, peaks, schedule,
-                    bounds, work,
+                    bounds, work_buffer,
                 )  # fmt: skip
         segments = edges.shape[0] - 1
         stored = _take(stored_buffer, num_nodes * segments * top if store else 0)
