@@ -16,7 +16,7 @@ import threading
 
 import numpy as np
 
-__all__ = ["scratch"]
+__all__ = ["kept", "scratch"]
 
 _local = threading.local()
 #: A thread keeps buffers of at most this many float64 (32 MiB); a larger request gets fresh
@@ -42,10 +42,18 @@ def scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
     size = math.prod(shape)
     if size > KEEP_AT_MOST:
         return np.empty(shape)
+    return kept(name, size)[:size].reshape(shape)
+
+
+def kept(name: str, size: int = 1) -> np.ndarray:
+    """This thread's whole buffer ``name`` (float64, 1-D), grown to at least ``size`` where
+    shorter, for a compiled caller that takes what it needs of it (and says how much it
+    needed, so that the next call's buffer fits). Same rules as :func:`scratch`; above
+    ``KEEP_AT_MOST`` the buffer is not grown (the caller takes fresh memory)."""
     buffers = getattr(_local, "buffers", None)
     if buffers is None:
         buffers = _local.buffers = {}
     buffer = buffers.get(name)
-    if buffer is None or buffer.size < size:
-        buffer = buffers[name] = np.empty(max(size, 1))
-    return buffer[:size].reshape(shape)
+    if buffer is None or buffer.size < min(size, KEEP_AT_MOST):
+        buffer = buffers[name] = np.empty(max(min(size, KEEP_AT_MOST), 1))
+    return buffer

@@ -1,8 +1,8 @@
 """The without-replacement minimum without every prefix's ``Q`` equals the full sweep's.
 
-:func:`otbound._sequential_mass.sequential_prefix_minimum` (closed forms for ``n ≤ 2``,
+:func:`otbound.drafts._sequential_sweep.sequential_prefix_minimum` (closed forms for ``n ≤ 2``,
 block power series and refinement for ``n ≥ 3``) against the minimum over
-:func:`otbound._sequential_mass.sequential_prefix_masses` (every prefix integrated) and
+:func:`otbound.drafts._sequential_mass.sequential_prefix_masses` (every prefix integrated) and
 against brute force on small vocabularies.
 """
 
@@ -11,16 +11,17 @@ from __future__ import annotations
 import itertools
 import math
 
+import numba
 import numpy as np
 import oracles
 import pytest
 
 from otbound import optimal_acceptance
 from otbound.drafts import sweep_key as _sweep_key
-from otbound.drafts._sequential_mass import (
+from otbound.drafts._sequential_mass import sequential_prefix_masses
+from otbound.drafts._sequential_sweep import (
     _closed_form_mass,
     _growth_bound,
-    sequential_prefix_masses,
     sequential_prefix_minimum,
 )
 
@@ -255,8 +256,6 @@ def test_the_bound_is_the_same_on_any_number_of_threads(kind):
     """The nodes are summed in chunks that do not follow the threads (NODE_CHUNKS): one
     thread and all of them give the same bits (one chunk per thread moved the bound by up to
     4.4e-16 between machines)."""
-    import numba
-
     threads = numba.config.NUMBA_NUM_THREADS
     if threads < 2:
         pytest.skip("one numba thread on this machine")
@@ -290,9 +289,9 @@ def test_the_serial_builds_give_the_parallel_kernels_bits(kind, monkeypatch):
     rows = [_row(kind, rng, vocab) for vocab in (3_000, 30_000) for _ in range(2)]
     counts = [2, 3, 4, 8]
     found = {}
-    default = mass_module.SERIAL_WORK
+    default = bucketed_module.SERIAL_WORK
     for work in (-1, default, 1 << 62):  # every level parallel, the default, every level serial
-        monkeypatch.setattr(mass_module, "SERIAL_WORK", work)
+        monkeypatch.setattr(bucketed_module, "SERIAL_WORK", work)
         found[work] = [bucketed_prefix_minimum(p, q, counts)[:2] for p, q in rows]
     for work in (-1, 1 << 62):
         for (gap, index), (want_gap, want_index) in zip(found[work], found[default], strict=True):
@@ -300,11 +299,91 @@ def test_the_serial_builds_give_the_parallel_kernels_bits(kind, monkeypatch):
             np.testing.assert_array_equal(index, want_index)
 
 
+def _batch(rng: np.random.Generator, vocab: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of every kind, and one that the buckets decline (a ratio below the normal
+    range: the sorted sweep takes it)."""
+    kinds = ("zipf", "peaked", "dirichlet", "ties", "extreme")
+    rows = [_row(kind, rng, vocab) for kind in kinds for _ in range(2)]
+    p, q = _zipf_pair(rng, vocab)
+    p[0] = 1e-320  # p / q below the smallest normal float
+    rows.insert(3, (p / p.sum(), q))
+    return np.stack([p for p, _ in rows]), np.stack([q for _, q in rows])
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="one numba thread: no batch")
+@pytest.mark.parametrize("vocab", [600, 20_000])
+def test_a_batch_of_rows_on_the_threads_gives_each_rows_own_bits(vocab):
+    """The rows shared among numba's threads (every level of a row on its thread, the
+    kernels' serial builds) give each row's values, arg-min and order bit for bit as one row
+    at a time with the threads inside its levels, and as one thread alone; the declined row
+    is declined."""
+    from otbound.drafts._sequential_bucketed import (
+        bucketed_prefix_minima,
+        bucketed_prefix_minimum,
+    )
+
+    rng = np.random.default_rng(vocab)
+    p, q = _batch(rng, vocab)
+    counts = [1, 2, 3, 4, 8, 4]
+    rows = [bucketed_prefix_minimum(a, b, counts) for a, b in zip(p, q, strict=True)]
+    assert rows[3] is None and sum(row is None for row in rows) == 1
+    before = numba.get_num_threads()
+    try:
+        found = {}
+        for threads in (1, before):
+            numba.set_num_threads(threads)
+            found[threads] = bucketed_prefix_minima(p, q, counts, orders=True)
+    finally:
+        numba.set_num_threads(before)
+    unordered = bucketed_prefix_minima(p, q, counts)
+    for batch in found.values():
+        for r, (got, want) in enumerate(zip(batch, rows, strict=True)):
+            if want is None:
+                assert got is None and unordered[r] is None
+                continue
+            for a, b in zip(got, want, strict=True):
+                np.testing.assert_array_equal(a, b)
+            np.testing.assert_array_equal(unordered[r][0], want[0])
+            np.testing.assert_array_equal(unordered[r][1], want[1])
+            assert unordered[r][2] is None
+    assert any(np.any(row[0] < 0) for row in rows if row is not None)
+
+
+def test_a_batch_row_that_fails_its_checks_is_redone_alone(monkeypatch):
+    """A row the batch reports failing its checks is redone on its own: its numpy checks
+    raise (a draft row summing to 1.5); a row reported so that passes gets its own values."""
+    from otbound.drafts import _sequential_sweep as sweep
+    from otbound.drafts._sequential_bucketed import (
+        bucketed_prefix_minima,
+        bucketed_prefix_minimum,
+    )
+
+    rng = np.random.default_rng(3)
+    p, q = _batch(rng, 600)
+    bad = q.copy()
+    bad[5] *= 1.5
+    with pytest.raises(ValueError, match="outside"):
+        bucketed_prefix_minima(p, bad, [1, 2, 4])
+    real = bucketed_module.bucketed_rows
+
+    def reported(*args):  # row 1 reported failing (its values left at zero)
+        status, gap, index, *rest = real(*args)
+        status[1], gap[:, 1] = sweep.ROW_LEVEL_CHECK, 0.0
+        return (status, gap, index, *rest)
+
+    monkeypatch.setattr(bucketed_module, "bucketed_rows", reported)
+    found = bucketed_prefix_minima(p, q, [3, 8])
+    want = bucketed_prefix_minimum(p[1], q[1], [3, 8])
+    if numba.get_num_threads() >= 2:
+        assert np.all(want[0] < 0)  # the test can fail
+    np.testing.assert_array_equal(found[1][0], want[0])
+
+
 def test_long_excluded_runs_are_cut_at_bucket_boundaries():
     """The first level cuts a run of excluded buckets longer than ``stop / EXCLUDED_PIECES``
     at bucket boundaries only (prefixes of the ``p/q`` order) into blocks of at least that
     length, and the candidate runs into refinable pieces."""
-    from otbound.drafts._sequential_bucketed import EXCLUDED_PIECES, _first_cuts
+    from otbound.drafts._sequential_bucketed import EXCLUDED_PIECES, first_cuts
 
     rng = np.random.default_rng(15)
     for _ in range(20):
@@ -315,7 +394,7 @@ def test_long_excluded_runs_are_cut_at_bucket_boundaries():
             continue
         last = int(np.flatnonzero(chosen)[-1])
         stop = int(starts[last + 1])
-        cuts, refinable = _first_cuts(chosen, starts, stop)
+        cuts, refinable = first_cuts(chosen, starts, stop)
         assert cuts[0] == 0 and cuts[-1] == stop and np.all(np.diff(cuts) > 0)
         piece = -(-stop // EXCLUDED_PIECES)
         bucket_of = np.searchsorted(starts, np.arange(stop), side="right") - 1
@@ -333,26 +412,22 @@ def test_long_excluded_runs_are_cut_at_bucket_boundaries():
 def test_a_split_excluded_run_keeps_the_sorted_sweeps_values():
     """A Zipf row whose first candidate bucket comes after most tokens: its excluded run is
     cut, and the minimum is the sorted sweep's."""
-    from otbound.drafts import _sequential_bucketed as bucketed
+    from otbound.drafts._sequential_bucketed import (
+        _bucket_plan,
+        bucketed_prefix_minimum,
+        first_cuts,
+    )
 
     rng = np.random.default_rng(16)
     p, q = _zipf_pair(rng, 20_000)
-    seen = []
-    original = bucketed._first_cuts
-
-    def spy(chosen, starts, stop):
-        cuts, refinable = original(chosen, starts, stop)
-        # two excluded blocks in a row: one run cut in pieces
-        seen.append(int(np.count_nonzero(~refinable[1:] & ~refinable[:-1])))
-        return cuts, refinable
-
     counts = [2, 3, 4, 8]
-    try:
-        bucketed._first_cuts = spy
-        gap = bucketed.bucketed_prefix_minimum(p, q, counts)[0]
-    finally:
-        bucketed._first_cuts = original
-    assert seen and seen[0] >= 1  # the excluded run became several blocks
+    _, order, ratio, starts, edge, sum_p, sum_q, tops = bucket_row(p, q, 8)
+    chosen, stop, *_ = _bucket_plan(
+        p, q, order, ratio, starts, edge, sum_p, sum_q, tops, np.array(counts)
+    )
+    _, refinable = first_cuts(chosen, starts, stop)
+    assert np.count_nonzero(~refinable[1:] & ~refinable[:-1]) >= 1  # one run, several blocks
+    gap = bucketed_prefix_minimum(p, q, counts)[0]
     np.testing.assert_allclose(gap, _sorted_minimum(p, q, counts), rtol=0, atol=1e-12)
 
 
@@ -444,12 +519,12 @@ def test_product_lower_bound_bounds_q_from_below(n):
 # -- the compiled O(V) passes: numpy's values, bit for bit --------------------------------------
 
 from otbound.drafts._sequential_layout import (  # noqa: E402
-    PAIRS_CHECK,
-    PAIRS_FOUND,
-    PAIRS_INTEGRATE,
+    CLOSED_CHECK,
+    CLOSED_FOUND,
+    CLOSED_INTEGRATE,
     bucket_columns,
+    closed_minimum,
     largest_masses,
-    pairs_minimum,
     prefix_sums,
 )
 
@@ -497,45 +572,49 @@ def test_bucket_columns_are_the_boundaries_and_the_sorted_buckets_insides():
             np.testing.assert_array_equal(bucket_columns(starts, picked), np.flatnonzero(valid))
 
 
-def _numpy_pairs_minimum(q, suffix, positives, cum_p, columns):
+def _numpy_closed_minimum(q, suffix, positives, cum_p, columns, n):
     """The numpy lines the kernel replaces: the closed form, its checks and the minimum."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        mass = _closed_form_mass(q, suffix, 2)
-    mass = np.where(positives >= 2, np.where(suffix > 0, mass, 1.0), 0.0)[columns]
+        mass = _closed_form_mass(q, suffix, n)
+    mass = np.where(positives >= n, np.where(suffix > 0, mass, 1.0), 0.0)[columns]
     if not np.all(np.isfinite(mass)):
-        return PAIRS_INTEGRATE, 0.0, 0
+        return CLOSED_INTEGRATE, 0.0, 0
     values = cum_p[columns] - np.clip(mass, 0.0, 1.0)
     where = int(np.argmin(values))
-    return (PAIRS_FOUND, values[where], columns[where]) if values[where] < 0 else (0, 0.0, 0)
+    return (CLOSED_FOUND, values[where], columns[where]) if values[where] < 0 else (0, 0.0, 0)
 
 
-def test_pairs_minimum_is_the_numpy_closed_form_minimum():
+@pytest.mark.parametrize("n", [1, 2])
+def test_closed_minimum_is_the_numpy_closed_form_minimum(n):
     rng = np.random.default_rng(12)
+    found = 0
     for p, q in _layout_rows(rng):
         cum_p, suffix, positives = prefix_sums(p.astype(np.float64), q)
         for columns in (np.arange(q.size + 1), np.flatnonzero(rng.random(q.size + 1) < 0.5)):
             if columns.size == 0:
                 continue
-            got = pairs_minimum(q, suffix, positives, cum_p, columns)
-            want = _numpy_pairs_minimum(q, suffix, positives, cum_p, columns)
+            got = closed_minimum(q, suffix, positives, cum_p, columns, n)
+            want = _numpy_closed_minimum(q, suffix, positives, cum_p, columns, n)
             assert got[0] == want[0]
             assert got[1] == want[1] and got[2] == want[2], (got, want)
+            found += got[1] < 0
+    assert found > 0  # some minimum is below 0
 
 
-def test_pairs_minimum_hands_overflows_and_bad_masses_back_to_numpy():
+def test_closed_minimum_hands_overflows_and_bad_masses_back_to_numpy():
     """Odds that overflow (``1 − q_x`` subnormal) ask for the integral; a mass beyond
     rounding outside [0, 1] asks for numpy's check, which raises."""
     q = np.array([1.0, 5e-324, 5e-324])
     cum_p, suffix, positives = prefix_sums(np.array([0.5, 0.25, 0.25]), q)
-    assert pairs_minimum(q, suffix, positives, cum_p, np.arange(4))[0] == PAIRS_INTEGRATE
+    assert closed_minimum(q, suffix, positives, cum_p, np.arange(4), 2)[0] == CLOSED_INTEGRATE
     q = np.array([0.4, 0.3, 0.3])
     cum_p, suffix, positives = prefix_sums(np.array([0.2, 0.3, 0.5]), q)
     bad = suffix.copy()
     bad[1] = -0.01  # a corrupted suffix sum: the mass of the first two tokens becomes 12.6
-    assert pairs_minimum(q, bad, positives, cum_p, np.arange(4))[0] == PAIRS_CHECK
+    assert closed_minimum(q, bad, positives, cum_p, np.arange(4), 2)[0] == CLOSED_CHECK
     nan = cum_p.copy()
     nan[2] = np.nan
-    assert pairs_minimum(q, suffix, positives, nan, np.arange(4))[0] == PAIRS_CHECK
+    assert closed_minimum(q, suffix, positives, nan, np.arange(4), 2)[0] == CLOSED_CHECK
     with pytest.raises(ValueError, match="NaN"):  # the numpy path raises, as before
         sequential_prefix_minimum(np.array([np.nan, 0.5, 0.0]), np.array([0.4, 0.3, 0.3]), [2])
 
@@ -550,7 +629,9 @@ def test_largest_masses_are_the_partitions_top():
 
 # -- one level's bookkeeping, compiled: the numpy lines' values ----------------------------------
 
+from otbound.drafts import _sequential_bucketed as bucketed_module  # noqa: E402
 from otbound.drafts import _sequential_mass as mass_module  # noqa: E402
+from otbound.drafts import _sequential_sweep as sweep_module  # noqa: E402
 from otbound.drafts._sequential_level import (  # noqa: E402
     LEVEL_CHECK,
     LEVEL_SETTLED,
@@ -585,7 +666,7 @@ def _numpy_settle_level(starts, ends, remaining, left, positives, cum_p, suffix,
         + np.minimum(ratio / (growth[k] * reach ** (n - 1)), 1.0) * rise[k]
         for k, n in enumerate(ns)
     ]
-    slack = mass_module.CANDIDATE_SLACK
+    slack = sweep_module.CANDIDATE_SLACK
     # inside the segment each prefix's own p(H_i), with Q(H_i) ≤ min(Q(H_e), Q(H_s) + K_e m,
     # the chord Q(H_s) + (Q(H_e) − Q(H_s)) m / M), m the suffix difference rounded up and M
     # rounded down; a NaN keeps the segment
@@ -612,7 +693,7 @@ def _numpy_settle_level(starts, ends, remaining, left, positives, cum_p, suffix,
     )
     loose = np.flatnonzero((ends - starts > 1) & np.any(keep, axis=0))  # without the inside test
     lengths = ends[chosen] - starts[chosen]
-    step = -(-lengths // mass_module.REFINE)
+    step = -(-lengths // sweep_module.REFINE)
     pieces = -(-lengths // step)
     groups = np.concatenate(([0], np.cumsum(pieces)))
     within = np.arange(groups[-1]) - np.repeat(groups[:-1], pieces)
@@ -631,7 +712,7 @@ def _level_inputs(rng: np.random.Generator, vocab: int, ns: list[int], every: in
     exact = sequential_prefix_masses(q, ns)[:, ends]
     left = rng.uniform(0.0, 1e-3, ends.size)
     remaining = 1.0 - exact - left[None, :]  # so that Q(H_e) is the exact mass
-    growth = np.array([mass_module._growth_bound(q, n) for n in ns])
+    growth = np.array([sweep_module._growth_bound(q, n) for n in ns])
     return starts, ends, remaining, left, positives, cum_p, suffix, p, q, growth
 
 
@@ -648,7 +729,7 @@ def test_settle_level_is_the_numpy_bookkeeping():
         status, chosen, new_starts, new_ends, groups = settle_level(
             starts, ends, remaining, left, positives, cum_p, suffix, p, q,
             np.array(ns), np.arange(3), growth, gap, index, known,
-            np.ones(starts.size, dtype=bool), mass_module.REFINE, mass_module.CANDIDATE_SLACK,
+            np.ones(starts.size, dtype=bool), sweep_module.REFINE, sweep_module.CANDIDATE_SLACK,
         )  # fmt: skip
         assert status == LEVEL_SETTLED
         for got, expected in zip(
@@ -673,7 +754,7 @@ def _inside_cases(seed: int):
             p, q = p[order], q[order]
             cum_p, suffix, _ = prefix_sums(p, q)
             exact = sequential_prefix_masses(q, [n])[0]
-            slope = mass_module._growth_bound(q, n)
+            slope = sweep_module._growth_bound(q, n)
             cuts = np.unique(np.concatenate(([0, vocab], rng.integers(1, vocab, vocab // 5))))
             segments = [(a, e) for a, e in itertools.pairwise(cuts) if e - a >= 2]
             yield n, cum_p, suffix, exact, slope, segments
@@ -779,13 +860,15 @@ def test_settle_level_hands_bad_masses_back_to_numpy_which_raises(monkeypatch):
             np.zeros((1, 501)), np.ones(starts.size, dtype=bool), 8, 1e-13,
         )[0]  # fmt: skip
         assert status == LEVEL_CHECK
-    real = mass_module._sweep_levels
+    real = sweep_module.prefix_minimum_kernel
 
-    def skewed(*a):  # the compiled sweep reporting a level with every Q(H) above one
-        _, remaining, left, ends = real(*a)
-        return LEVEL_CHECK, remaining - 2.0, left, ends
+    def skewed(*a):  # the compiled row reporting its last level with every Q(H) above one
+        _, gap, index, remaining, left, ends, slots, needed = real(*a)
+        assert remaining.size
+        status = sweep_module.ROW_LEVEL_CHECK
+        return status, gap, index, remaining - 2.0, left, ends, slots, needed
 
-    monkeypatch.setattr(mass_module, "_sweep_levels", skewed)
+    monkeypatch.setattr(sweep_module, "prefix_minimum_kernel", skewed)
     with pytest.raises(ValueError, match="exponential clocks"):
         sequential_prefix_minimum(p, q, [4])
 
@@ -842,10 +925,10 @@ def test_the_power_sums_fold_exactly_the_masses_below_each_node_limit():
     from otbound.drafts._sequential_mass import (
         FOLD_MIN,
         MOST_TERMS,
-        _balanced_schedule,
         _fold_limits,
         _segment_power_sums,
     )
+    from otbound.drafts._sequential_sweep import _balanced_schedule
 
     rng = np.random.default_rng(85)
     h, nodes = 0.2, 70
@@ -930,20 +1013,17 @@ def test_growth_bound_survives_the_cancellation_of_one_minus_the_largest():
     assert got == pytest.approx(want, abs=1e-12)
 
 
-def test_an_infinite_growth_bound_keeps_the_segment(monkeypatch):
-    """``K = inf`` (the largest masses hold everything) times a mass that rounds away is NaN:
-    the segment is kept, and the minimum found (it was once dropped)."""
+def test_an_infinite_growth_bound_keeps_the_segment():
+    """``K = inf`` (the two largest masses hold all but 2e-318, whose inverse overflows)
+    times a mass that rounds away is NaN: the segment is kept, and the minimum found (it was
+    once dropped)."""
     vocab = 200
-    q = np.full(vocab, 1e-20)
+    q = np.full(vocab, 1e-320)
     q[3] = q[4] = 0.5
     p = np.zeros(vocab)
     p[3:7] = 0.001
     p[7:] = (1 - p.sum()) / (vocab - 7)
-    # the other masses, 2e-18, are summed on their own: K is finite, but large
-    assert 4e17 < _growth_bound(q, 3) < 6e17
-    monkeypatch.setattr(  # as K was before that, when 1 − m_2 cancelled to 0
-        mass_module, "_growth_bounds", lambda q, counts, largest=None: [math.inf for _ in counts]
-    )
+    assert _growth_bound(q, 3) == math.inf
     full = np.concatenate(([0.0], np.cumsum(p))) - sequential_prefix_masses(q, [3])[0]
     gap, index = sequential_prefix_minimum(p, q, [3])
     assert gap[0] == pytest.approx(full.min(), abs=1e-15)

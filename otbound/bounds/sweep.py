@@ -128,8 +128,12 @@ def _bucketed_sweep(
     gap = np.zeros((len(counts), rows))
     chosen = np.zeros((len(counts), rows, vocab) if certificate else (0, 0, 0), dtype=bool)
     declined = []
-    for row in range(rows):
-        found = design.bucketed_minimum(p[row], q[row], counts)  # type: ignore[attr-defined]
+    batch = getattr(design, "bucketed_minima", None)
+    if batch is not None:  # the rows together (on numba's threads)
+        every = batch(p, q, counts, certificate)
+    else:
+        every = [design.bucketed_minimum(p[row], q[row], counts) for row in range(rows)]  # type: ignore[attr-defined]
+    for row, found in enumerate(every):
         if found is None:
             declined.append(row)
             continue

@@ -39,6 +39,7 @@ from otbound.drafts._sequential_layout import keep_largest
 __all__ = [
     "MANTISSA_BITS",
     "bucket_row",
+    "bucket_row_kernel",
     "product_lower_bound",
     "product_lower_kernel",
     "sort_buckets",
@@ -56,7 +57,9 @@ _SMALL_REST = 1e-6
 
 
 @numba.njit(cache=True)
-def _bucket_row_kernel(p, q, top, order, ratio):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+def bucket_row_kernel(p, q, top, order, ratio):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """:func:`bucket_row`, callable from compiled code: fills ``order`` and ``ratio`` (V,)
+    and returns ``(buckets, starts, edge, sum_p, sum_q, tops)``."""
     vocab = p.shape[0]
     shift = np.uint64(_SHIFT)
     bits = ratio.view(np.uint64)
@@ -135,7 +138,7 @@ def _bucket_row_kernel(p, q, top, order, ratio):  # type: ignore[no-untyped-def]
 
 @numba.njit(cache=True)
 def _no_buckets(status, top):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
-    """:func:`_bucket_row_kernel`'s answer without buckets (``status`` 0 or −1)."""
+    """:func:`bucket_row_kernel`'s answer without buckets (``status`` 0 or −1)."""
     empty = np.empty(0)
     return status, np.zeros(1, dtype=np.int64), empty, empty, empty, np.empty((0, top))
 
@@ -176,7 +179,7 @@ def bucket_row(
     vocab = p.shape[0]
     order = np.empty(vocab, dtype=np.int64)
     ratio = np.empty(vocab)
-    k, starts, edge, sum_p, sum_q, tops = _bucket_row_kernel(p, q, top, order, ratio)
+    k, starts, edge, sum_p, sum_q, tops = bucket_row_kernel(p, q, top, order, ratio)
     return int(k), order, ratio, starts, edge, sum_p, sum_q, tops
 
 

@@ -29,17 +29,43 @@ from collections.abc import Sequence
 import numba
 import numpy as np
 
+from otbound._scratch import kept, scratch
+from otbound._threads import SERIAL_WORK
 from otbound.drafts._ratio_buckets import (
-    bucket_row,
+    bucket_row_kernel,
     product_lower_bound,
     product_lower_kernel,
     sort_chosen_buckets,
 )
 from otbound.drafts._sequential_layout import bucket_columns
 from otbound.drafts._sequential_level import power
-from otbound.drafts._sequential_mass import REFINE, TOP_SEGMENTS, sequential_prefix_minimum
+from otbound.drafts._sequential_mass import LOG_TIME_STEP
+from otbound.drafts._sequential_sweep import (
+    REFINE,
+    ROW_DONE,
+    TOP_SEGMENTS,
+    prefix_minimum_kernel,
+    row_constants,
+    sequential_prefix_minimum,
+)
 
-__all__ = ["MARGIN", "bucketed_candidates", "bucketed_prefix_minimum"]
+__all__ = [
+    "MARGIN",
+    "ROW_DECLINED",
+    "bucketed_candidates",
+    "bucketed_prefix_minima",
+    "bucketed_prefix_minimum",
+    "bucketed_row",
+    "bucketed_rows",
+    "first_cuts",
+]
+
+#: :func:`bucketed_row`: a ratio is not a normal float (the caller sorts the row).
+ROW_DECLINED = -1
+#: :func:`bucketed_rows`: a row no thread finished (redone on its own).
+_UNFINISHED = -2
+#: A row of a batch runs every level on its own thread (:func:`bucketed_rows`).
+_ALWAYS_SERIAL = 1 << 62
 
 #: A run of excluded buckets longer than ``stop / EXCLUDED_PIECES`` tokens is cut (at bucket
 #: boundaries) into blocks of about that length, so that the threads share its power sums.
@@ -144,11 +170,12 @@ def _bucket_plan(p, q, order, ratio, starts, edge, sum_p, sum_q, tops, counts): 
     return chosen, stop, p_sorted, q_sorted, bucket_columns(starts, picked)
 
 
-def _first_cuts(chosen: np.ndarray, starts: np.ndarray, stop: int) -> tuple[np.ndarray, np.ndarray]:
+@numba.njit(cache=True)
+def first_cuts(chosen, starts, stop):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """First-level segments in bucket order up to ``stop``, the end of the last candidate
     run: each run of candidate buckets cut into pieces of a power of ``REFINE`` tokens
     (refinable), each run of excluded buckets into blocks cut at bucket boundaries only (not
-    refinable). Returns the cut points and the refinable flags.
+    refinable). Returns the cut points (int64, from 0 to ``stop``) and the refinable flags.
 
     An excluded run is one block as far as ``Q`` goes (its end is a prefix of the ``p/q``
     order, its inside unsorted), but one block of 90,000 tokens (a Zipf row at V = 151,936)
@@ -158,36 +185,151 @@ def _first_cuts(chosen: np.ndarray, starts: np.ndarray, stop: int) -> tuple[np.n
     leave blocks of at least ``piece = max(length, ⌈stop / EXCLUDED_PIECES⌉)`` tokens on both
     sides; a shorter run stays one block. Not finer: each block costs a fold at every node.
     """
-    runs: list[tuple[int, int, bool, int, int]] = []  # tokens [lo, hi), refinable, buckets [a, b)
-    flags = np.concatenate(([False], chosen, [False]))
-    change = np.flatnonzero(flags[1:] != flags[:-1])  # candidate runs [change[2i], change[2i+1])
-    position, bucket = 0, 0
-    for a, b in zip(change[::2], change[1::2], strict=True):
-        lo, hi = int(starts[a]), int(starts[b])
-        if lo > position:
-            runs.append((position, lo, False, bucket, int(a)))
-        runs.append((lo, hi, True, int(a), int(b)))
-        position, bucket = hi, int(b)
-    assert position == stop, "stop is the end of the last candidate run"
-    inside = sum(hi - lo for lo, hi, keep, _, _ in runs if keep)
+    buckets = chosen.shape[0]
+    inside = 0
+    runs = 0
+    for b in range(buckets):
+        if chosen[b]:
+            inside += starts[b + 1] - starts[b]
+            runs += b == 0 or not chosen[b - 1]
     length = 1
     while inside // (length * REFINE) >= TOP_SEGMENTS:
         length *= REFINE
     piece = max(length, -(-stop // EXCLUDED_PIECES))
-    cuts = [0]
-    refinable: list[bool] = []
-    for lo, hi, keep, first, last in runs:
-        if keep:
-            points = list(range(lo + length, hi, length))
-        else:  # bucket boundaries inside the run, each at least `piece` past the last cut
-            points = []
-            for boundary in starts[first + 1 : last].tolist():
-                if boundary - (points[-1] if points else lo) >= piece and hi - boundary >= piece:
-                    points.append(int(boundary))
-        for point in [*points, hi]:
-            refinable.append(keep)
-            cuts.append(point)
-    return np.asarray(cuts, dtype=np.int64), np.asarray(refinable, dtype=bool)
+    # at most inside / length + 1 pieces per candidate run, stop / piece + 1 blocks per
+    # excluded run
+    cuts = np.empty(inside // length + stop // piece + 2 * runs + 2, dtype=np.int64)
+    refinable = np.empty(cuts.shape[0], dtype=np.bool_)
+    cuts[0] = 0
+    count = 1
+    position = 0  # the end of the last candidate run: tokens, buckets
+    bucket = 0
+    b = 0
+    while b < buckets:
+        if not chosen[b]:
+            b += 1
+            continue
+        first = b
+        while b < buckets and chosen[b]:
+            b += 1
+        lo, hi = starts[first], starts[b]
+        if lo > position:  # the excluded run before: cut where both sides keep `piece`
+            last = position
+            for k in range(bucket + 1, first):
+                if starts[k] - last >= piece and lo - starts[k] >= piece:
+                    last = starts[k]
+                    cuts[count], refinable[count - 1] = last, False
+                    count += 1
+            cuts[count], refinable[count - 1] = lo, False
+            count += 1
+        for point in range(lo + length, hi, length):
+            cuts[count], refinable[count - 1] = point, True
+            count += 1
+        cuts[count], refinable[count - 1] = hi, True
+        count += 1
+        position, bucket = hi, b
+    return cuts[:count], refinable[: count - 1]
+
+
+@numba.njit(cache=True)
+def bucketed_row(  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    p, q, distinct, left_times, h, beta, inverse, layout_buffer, work_buffer, sigma_buffer,
+    stored_buffer, threads, serial_work,
+):  # fmt: skip
+    """:func:`bucketed_prefix_minimum` of one row in one compiled call: the ratio buckets
+    (:func:`~otbound.drafts._ratio_buckets.bucket_row`), the candidates and their sort
+    (:func:`_bucket_plan`), the first level (:func:`first_cuts`) and the prefix minimum
+    (:func:`~otbound.drafts._sequential_sweep.prefix_minimum_kernel`, whose arguments the
+    others are).
+
+    Returns
+    -------
+    status : int
+        :data:`ROW_DECLINED` (a ratio is not a normal float), or the kernel's status.
+    gap, index : float64, int64 (len(distinct),)
+    order : int64
+        The tokens with ``q > 0`` in bucket order, the candidate buckets sorted.
+    needed : int64 (2,)
+        The first level's buffer sizes.
+    p_sorted, q_sorted, cuts, refinable, columns, stop, largest
+        What :func:`~otbound.drafts._sequential_sweep.sequential_prefix_minimum` takes to
+        redo the row (its numpy checks raise where the status is not ``ROW_DONE``).
+    """
+    vocab = p.shape[0]
+    order = np.empty(vocab, dtype=np.int64)
+    ratio = np.empty(vocab)
+    buckets, starts, edge, sum_p, sum_q, tops = bucket_row_kernel(
+        p, q, distinct[distinct.shape[0] - 1], order, ratio
+    )
+    if buckets < 0:  # the outputs of a row with no values, shaped as the others
+        none, count = np.zeros(0), np.zeros(0, dtype=np.int64)
+        return ROW_DECLINED, np.zeros(distinct.shape[0]), \
+            np.zeros(distinct.shape[0], dtype=np.int64), count, np.zeros(2, dtype=np.int64), \
+            none, none, count, np.zeros(0, dtype=np.bool_), count, 0, none  # fmt: skip
+    chosen, stop, p_sorted, q_sorted, columns = _bucket_plan(
+        p, q, order, ratio, starts, edge, sum_p, sum_q, tops, distinct
+    )
+    cuts, refinable = first_cuts(chosen, starts, stop)
+    largest = tops[buckets - 1].copy() if buckets else np.zeros(0)  # descending
+    status, gap, index, _, _, _, _, needed = prefix_minimum_kernel(
+        p_sorted, q_sorted, distinct, columns, cuts, refinable, stop, largest, left_times, h,
+        beta, inverse, layout_buffer, work_buffer, sigma_buffer, stored_buffer, threads,
+        serial_work,
+    )  # fmt: skip
+    return status, gap, index, order[: starts[buckets]], needed, p_sorted, q_sorted, cuts, \
+        refinable, columns, stop, largest  # fmt: skip
+
+
+@numba.njit(cache=True, parallel=True)
+def bucketed_rows(  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    p, q, distinct, left_times, h, beta, inverse, threads, sizes, orders
+):  # fmt: skip
+    """:func:`bucketed_row` of every row of ``p``, ``q`` (B, V), whole rows to each of
+    ``threads`` threads (row ``r`` to thread ``r mod threads``), every level on the row's
+    own thread (its kernels' serial builds): one parallel region for the batch instead of
+    two per level, and the rows' ``O(V)`` passes shared too. The same bits as one row at a
+    time (every kernel gives the same bits on any number of threads).
+
+    ``sizes``: the power sums' and stored states' buffer sizes to start from (a thread's
+    buffer grows where a row needs more). ``orders``: whether to return each row's order.
+
+    Returns
+    -------
+    status : int64 (B,)
+    gap, index : (len(distinct), B)
+    orders : int64 (B, V), lengths : int64 (B,)
+        Row ``r``'s order is ``orders[r, :lengths[r]]`` (shape (0, V) without ``orders``).
+    needed : int64 (B, 2)
+    """
+    rows, vocab = p.shape
+    status = np.full(rows, _UNFINISHED, dtype=np.int64)  # a row a thread did not finish
+    gap = np.zeros((distinct.shape[0], rows))
+    index = np.zeros((distinct.shape[0], rows), dtype=np.int64)
+    kept_orders = np.empty((rows if orders else 0, vocab), dtype=np.int64)
+    lengths = np.zeros(rows, dtype=np.int64)
+    needed = np.zeros((rows, 2), dtype=np.int64)
+    for w in numba.prange(threads):
+        layout = np.empty(vocab)
+        work = np.empty((3, vocab))
+        sigma = np.empty(max(sizes[0], 1))
+        stored = np.empty(max(sizes[1], 1))
+        for r in range(w, rows, threads):
+            found = bucketed_row(
+                p[r], q[r], distinct, left_times, h, beta, inverse, layout, work, sigma,
+                stored, 1, _ALWAYS_SERIAL,
+            )  # fmt: skip
+            status[r] = found[0]
+            gap[:, r] = found[1]
+            index[:, r] = found[2]
+            lengths[r] = found[3].shape[0]
+            if orders:
+                kept_orders[r, : lengths[r]] = found[3]
+            needed[r] = found[4]
+            if found[4][0] > sigma.shape[0]:  # the thread's next rows fit
+                sigma = np.empty(found[4][0])
+            if found[4][1] > stored.shape[0]:
+                stored = np.empty(found[4][1])
+    return status, gap, index, kept_orders, lengths, needed
 
 
 def bucketed_prefix_minimum(
@@ -205,7 +347,7 @@ def bucketed_prefix_minimum(
     Returns
     -------
     gap : numpy.ndarray, shape (len(counts),)
-        As :func:`~otbound.drafts._sequential_mass.sequential_prefix_minimum` on the sorted
+        As :func:`~otbound.drafts._sequential_sweep.sequential_prefix_minimum` on the sorted
         row (error below 1e-12).
     index : numpy.ndarray of int64, shape (len(counts),)
         The arg-min's length: ``H = order[:index]``.
@@ -216,23 +358,64 @@ def bucketed_prefix_minimum(
     """
     p = np.ascontiguousarray(p, dtype=np.float64)
     q = np.ascontiguousarray(q, dtype=np.float64)
-    wanted = [int(n) for n in counts]
-    buckets, order, ratio, starts, edge, sum_p, sum_q, tops = bucket_row(p, q, max(wanted))
-    if buckets < 0:
+    distinct, left_times, beta, inverse = row_constants(counts)
+    status, gap, index, order, needed, *redo = bucketed_row(
+        p, q, distinct, left_times, LOG_TIME_STEP, beta, inverse,
+        scratch("sequential layout", (q.size,)), scratch("sequential power-sum work", (3, q.size)),
+        kept("sequential power sums"), kept("sequential stored states"),
+        numba.get_num_threads(), SERIAL_WORK,
+    )  # fmt: skip
+    if status == ROW_DECLINED:
         return None
-    chosen, stop, p_sorted, q_sorted, columns = _bucket_plan(
-        p, q, order, ratio, starts, edge, sum_p, sum_q, tops, np.unique(wanted)
-    )
-    order = order[: int(starts[-1])]
-    cuts, refinable = _first_cuts(chosen, starts, stop)
-    gap, index = sequential_prefix_minimum(
-        p_sorted,
-        q_sorted,
-        wanted,
-        cuts=cuts,
-        refinable=refinable,
-        columns=columns,
-        stop=stop,
-        largest=tops[-1] if buckets else None,  # the row's largest masses, descending
-    )
-    return gap, index, order
+    kept("sequential power sums", int(needed[0]))  # the next row's first level fits
+    kept("sequential stored states", int(needed[1]))
+    if status != ROW_DONE:  # the numpy checks raise
+        p_sorted, q_sorted, cuts, refinable, columns, stop, largest = redo
+        sequential_prefix_minimum(
+            p_sorted, q_sorted, counts, cuts=cuts, refinable=refinable, columns=columns,
+            stop=stop, largest=largest,
+        )  # fmt: skip
+        raise AssertionError("bucketed_row reported a value that numpy's checks passed")
+    at = np.searchsorted(distinct, np.asarray(list(counts), dtype=np.int64))
+    return gap[at], index[at], order
+
+
+def bucketed_prefix_minima(
+    p: np.ndarray, q: np.ndarray, counts: Sequence[int], orders: bool = False
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None] | None]:
+    """:func:`bucketed_prefix_minimum` of every row of ``p``, ``q`` (B, V): ``(gap, index,
+    order)`` per row (``order`` only with ``orders``, else ``None``), or ``None`` for a row
+    it declines.
+
+    With two or more rows and numba threads, the rows share the threads
+    (:func:`bucketed_rows`); a row whose checks fail is redone on its own, which raises.
+    Otherwise one row after another, each with the threads inside its levels.
+    """
+    p = np.ascontiguousarray(p, dtype=np.float64)
+    q = np.ascontiguousarray(q, dtype=np.float64)
+    rows = p.shape[0]
+    threads = min(numba.get_num_threads(), rows)
+    if threads < 2:
+        each = [bucketed_prefix_minimum(p[r], q[r], counts) for r in range(rows)]
+        return [f if f is None or orders else (f[0], f[1], None) for f in each]
+    distinct, left_times, beta, inverse = row_constants(counts)
+    sigma, stored = kept("sequential power sums"), kept("sequential stored states")
+    status, gap, index, kept_orders, lengths, needed = bucketed_rows(
+        p, q, distinct, left_times, LOG_TIME_STEP, beta, inverse, threads,
+        np.array([sigma.size, stored.size], dtype=np.int64), orders,
+    )  # fmt: skip
+    most = needed.max(axis=0)
+    kept("sequential power sums", int(most[0]))  # the next batch's threads start there
+    kept("sequential stored states", int(most[1]))
+    at = np.searchsorted(distinct, np.asarray(list(counts), dtype=np.int64))
+    out: list[tuple[np.ndarray, np.ndarray, np.ndarray | None] | None] = []
+    for r in range(rows):
+        if status[r] == ROW_DECLINED:
+            out.append(None)
+        elif status[r] != ROW_DONE:  # redone alone: its numpy checks raise
+            found = bucketed_prefix_minimum(p[r], q[r], counts)
+            out.append(found if found is None or orders else (found[0], found[1], None))
+        else:
+            order = kept_orders[r, : lengths[r]] if orders else None
+            out.append((gap[at, r], index[at, r], order))
+    return out

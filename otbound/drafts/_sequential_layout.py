@@ -1,9 +1,9 @@
 r"""The ``O(V)`` passes of the without-replacement prefix sweep, compiled.
 
-:func:`otbound.drafts._sequential_mass.sequential_prefix_minimum` starts every row with a few
+:func:`otbound.drafts._sequential_sweep.sequential_prefix_minimum` starts every row with a few
 passes over the tokens in sweep order: the prefix and suffix sums, the count of positive
-masses, the ``n = 2`` closed form and the largest masses of the growth bound. As numpy
-expressions they are a dozen passes and temporaries; here they are three loops. Each sum is
+masses, the closed forms of ``n ≤ 2`` and the largest masses of the growth bound. As numpy
+expressions they are a dozen passes and temporaries; here they are a few loops. Each sum is
 taken in numpy's order (``np.cumsum`` is sequential), so every value is the numpy one's bit
 for bit; where a value needs numpy's checks (a mass outside ``[0, 1]`` beyond rounding, a
 NaN, an overflow of the odds) the kernels report it and the caller takes the numpy path,
@@ -18,22 +18,22 @@ import numpy as np
 from otbound._checks import ROUNDING_TOLERANCE
 
 __all__ = [
-    "PAIRS_CHECK",
-    "PAIRS_FOUND",
-    "PAIRS_INTEGRATE",
+    "CLOSED_CHECK",
+    "CLOSED_FOUND",
+    "CLOSED_INTEGRATE",
     "bucket_columns",
+    "closed_minimum",
     "keep_largest",
     "largest_masses",
-    "pairs_minimum",
     "prefix_sums",
 ]
 
-#: :func:`pairs_minimum` found the ``n = 2`` minimum.
-PAIRS_FOUND = 0
+#: :func:`closed_minimum` found the minimum.
+CLOSED_FOUND = 0
 #: Some odds overflowed: the caller integrates ``n = 2`` instead.
-PAIRS_INTEGRATE = 1
+CLOSED_INTEGRATE = 1
 #: A mass left ``[0, 1]`` by more than rounding, or a NaN: the caller's numpy path raises.
-PAIRS_CHECK = 2
+CLOSED_CHECK = 2
 
 
 @numba.njit(cache=True)
@@ -86,19 +86,21 @@ def bucket_columns(starts, picked):  # type: ignore[no-untyped-def]  # pragma: n
 
 
 @numba.njit(cache=True, error_model="numpy")  # q / 0 is inf, as in numpy
-def pairs_minimum(q, suffix, positives, cum_p, columns):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
-    r"""``min(0, min_i [p(H_i) − Q_2(H_i)])`` over the prefix lengths ``columns`` (ascending).
+def closed_minimum(q, suffix, positives, cum_p, columns, n):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    r"""``min(0, min_i [p(H_i) − Q_n(H_i)])`` over the prefix lengths ``columns`` (ascending),
+    for ``n`` in ``{1, 2}``.
 
-    ``Q_2`` is :func:`~otbound.drafts._sequential_mass._closed_form_mass` for ``n = 2``
-    (``1 − λ (1 + Σ_{x∈H} q_x / (1 − q_x))``, ``1 − q_x`` a prefix plus a suffix sum), 0
-    where the prefix holds fewer than two positive masses and 1 where nothing is left
-    outside it, clipped into ``[0, 1]`` where out by rounding.
+    ``Q_n`` is :func:`~otbound.drafts._sequential_sweep._closed_form_mass`: ``q(H)`` for
+    ``n = 1`` (the sums in ``np.cumsum``'s order), ``1 − λ (1 + Σ_{x∈H} q_x / (1 − q_x))``
+    for ``n = 2`` (``1 − q_x`` a prefix plus a suffix sum); 0 where the prefix holds fewer
+    than ``n`` positive masses and 1 where nothing is left outside it, clipped into
+    ``[0, 1]`` where out by rounding.
 
     Returns
     -------
     status : int
-        :data:`PAIRS_FOUND`, :data:`PAIRS_INTEGRATE` (a mass is not finite) or
-        :data:`PAIRS_CHECK` (out of ``[0, 1]`` beyond rounding, or a NaN).
+        :data:`CLOSED_FOUND`, :data:`CLOSED_INTEGRATE` (a mass is not finite) or
+        :data:`CLOSED_CHECK` (out of ``[0, 1]`` beyond rounding, or a NaN).
     gap : float
     index : int
         The first prefix length attaining ``gap`` (0 when ``gap = 0``).
@@ -107,8 +109,12 @@ def pairs_minimum(q, suffix, positives, cum_p, columns):  # type: ignore[no-unty
     mass = np.empty(size + 1)
     before = 0.0
     odds = 0.0
-    mass[0] = 1.0 - suffix[0] * (1.0 + odds)
+    mass[0] = 0.0 if n == 1 else 1.0 - suffix[0] * (1.0 + odds)
     for i in range(size):
+        if n == 1:
+            before += q[i]
+            mass[i + 1] = before
+            continue
         rest = before + suffix[i + 1]
         odds += q[i] / rest if q[i] > 0.0 else 0.0
         before += q[i]
@@ -121,23 +127,23 @@ def pairs_minimum(q, suffix, positives, cum_p, columns):  # type: ignore[no-unty
     for k in range(columns.shape[0]):
         i = columns[k]
         value = mass[i]
-        if positives[i] < 2:
+        if positives[i] < n:
             value = 0.0
         elif not suffix[i] > 0.0:
             value = 1.0
         if not np.isfinite(value):
-            return PAIRS_INTEGRATE, 0.0, 0
+            return CLOSED_INTEGRATE, 0.0, 0
         if value != value or max(0.0 - value, value - 1.0) > ROUNDING_TOLERANCE:
-            return PAIRS_CHECK, 0.0, 0  # clip_rounding's test, which raises
+            return CLOSED_CHECK, 0.0, 0  # clip_rounding's test, which raises
         value = min(max(value, 0.0), 1.0)
         difference = cum_p[i] - value
         if difference != difference:
-            return PAIRS_CHECK, 0.0, 0
+            return CLOSED_CHECK, 0.0, 0
         if not found or difference < best:
             best, where, found = difference, i, True
     if found and best < gap:
         gap, index = best, where
-    return PAIRS_FOUND, gap, index
+    return CLOSED_FOUND, gap, index
 
 
 @numba.njit(cache=True)

@@ -129,9 +129,9 @@ class WithoutReplacement(DraftDesign):
     ) -> tuple[np.ndarray, np.ndarray]:
         """``min(0, min_i [p(H_i) − Q_n(H_i)])`` and its prefix length ``i`` per ``n`` and row,
         shapes (len(counts), B), without ``Q`` at every prefix
-        (:func:`otbound.drafts._sequential_mass.sequential_prefix_minimum`; equal to the minimum of
+        (:func:`otbound.drafts._sequential_sweep.sequential_prefix_minimum`; equal to the minimum of
         :meth:`prefix_masses` within its error)."""
-        from otbound.drafts._sequential_mass import sequential_prefix_minimum  # numba
+        from otbound.drafts._sequential_sweep import sequential_prefix_minimum  # numba
 
         found = [
             sequential_prefix_minimum(p, q, counts) for p, q in zip(p_sorted, q_sorted, strict=True)
@@ -149,3 +149,13 @@ class WithoutReplacement(DraftDesign):
         from otbound.drafts._sequential_bucketed import bucketed_prefix_minimum  # numba
 
         return bucketed_prefix_minimum(p, q, counts)
+
+    def bucketed_minima(
+        self, p: np.ndarray, q: np.ndarray, counts: Sequence[int], orders: bool = False
+    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None] | None]:
+        """:meth:`bucketed_minimum` of every row of ``p``, ``q`` (B, V), the rows shared
+        among numba's threads (``order`` only with ``orders``, else ``None``)
+        (:func:`otbound.drafts._sequential_bucketed.bucketed_prefix_minima`)."""
+        from otbound.drafts._sequential_bucketed import bucketed_prefix_minima  # numba
+
+        return bucketed_prefix_minima(p, q, counts, orders)
