@@ -310,32 +310,53 @@ def _batch(rng: np.random.Generator, vocab: int) -> tuple[np.ndarray, np.ndarray
     return np.stack([p for p, _ in rows]), np.stack([q for _, q in rows])
 
 
-@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="one numba thread: no batch")
-@pytest.mark.parametrize("vocab", [600, 20_000])
-def test_a_batch_of_rows_on_the_threads_gives_each_rows_own_bits(vocab):
-    """The rows shared among numba's threads (every level of a row on its thread, the
-    kernels' serial builds) give each row's values, arg-min and order bit for bit as one row
-    at a time with the threads inside its levels, and as one thread alone; the declined row
-    is declined."""
-    from otbound.drafts._sequential_bucketed import (
-        bucketed_prefix_minima,
-        bucketed_prefix_minimum,
-    )
+def _row_functions(design: str):
+    """A bucketed design's one-row function, its batch and the batch's compiled kernel's
+    module and name."""
+    from otbound.drafts import _poisson_bucketed as poisson
 
+    if design == "without_replacement":
+        return (
+            bucketed_module.bucketed_prefix_minimum,
+            bucketed_module.bucketed_prefix_minima,
+            bucketed_module,
+            "bucketed_rows",
+        )
+    single, minima = poisson.poisson_bucketed_minimum, poisson.poisson_bucketed_minima
+    return single, minima, poisson, "poisson_rows"
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="one numba thread: no batch")
+@pytest.mark.parametrize("design", ["without_replacement", "conditional_poisson"])
+@pytest.mark.parametrize("vocab", [600, 20_000])
+def test_a_batch_of_rows_on_the_threads_gives_each_rows_own_bits(vocab, design):
+    """The rows shared among numba's threads (each row whole on its thread; for
+    ``without_replacement`` the kernels' serial builds) give each row's values, arg-min and
+    order bit for bit as one row at a time (with the threads inside its levels), and as one
+    thread alone; the rows declined alone are declined."""
+    single, minima, _, _ = _row_functions(design)
     rng = np.random.default_rng(vocab)
     p, q = _batch(rng, vocab)
+    tiny = q[7] * 1e-300  # q_min^8 below the plain floats' range: conditional_poisson declines
+    q[7, 5] = tiny[5]
+    q[7] /= q[7].sum()
     counts = [1, 2, 3, 4, 8, 4]
-    rows = [bucketed_prefix_minimum(a, b, counts) for a, b in zip(p, q, strict=True)]
-    assert rows[3] is None and sum(row is None for row in rows) == 1
+    rows = [single(a, b, counts) for a, b in zip(p, q, strict=True)]
+    declined = [r for r, row in enumerate(rows) if row is None]
+    assert 3 in declined and len(declined) < len(rows) // 2
+    if design == "without_replacement":
+        assert declined == [3]
+    else:  # and the extreme rows' least masses
+        assert 7 in declined
     before = numba.get_num_threads()
     try:
         found = {}
-        for threads in (1, before):
+        for threads in sorted({1, 2, before}):  # two: each thread runs several rows
             numba.set_num_threads(threads)
-            found[threads] = bucketed_prefix_minima(p, q, counts, orders=True)
+            found[threads] = minima(p, q, counts, orders=True)
     finally:
         numba.set_num_threads(before)
-    unordered = bucketed_prefix_minima(p, q, counts)
+    unordered = minima(p, q, counts)
     for batch in found.values():
         for r, (got, want) in enumerate(zip(batch, rows, strict=True)):
             if want is None:
@@ -349,34 +370,42 @@ def test_a_batch_of_rows_on_the_threads_gives_each_rows_own_bits(vocab):
     assert any(np.any(row[0] < 0) for row in rows if row is not None)
 
 
-def test_a_batch_row_that_fails_its_checks_is_redone_alone(monkeypatch):
-    """A row the batch reports failing its checks is redone on its own: its numpy checks
-    raise (a draft row summing to 1.5); a row reported so that passes gets its own values."""
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="one numba thread: no batch")
+@pytest.mark.parametrize("design", ["without_replacement", "conditional_poisson"])
+def test_a_batch_row_left_unfinished_or_failing_is_redone_alone(design, monkeypatch):
+    """A row the batch reports unfinished (or, for ``without_replacement``, failing its
+    checks) is redone on its own and gets its own values; a draft row summing to 1.5 makes
+    the without-replacement batch raise (its numpy checks, through the row redone alone)."""
+    from otbound.drafts import _row_batch
     from otbound.drafts import _sequential_sweep as sweep
-    from otbound.drafts._sequential_bucketed import (
-        bucketed_prefix_minima,
-        bucketed_prefix_minimum,
-    )
 
+    single, minima, module, name = _row_functions(design)
     rng = np.random.default_rng(3)
     p, q = _batch(rng, 600)
-    bad = q.copy()
-    bad[5] *= 1.5
-    with pytest.raises(ValueError, match="outside"):
-        bucketed_prefix_minima(p, bad, [1, 2, 4])
-    real = bucketed_module.bucketed_rows
+    if design == "without_replacement":
+        bad = q.copy()
+        bad[5] *= 1.5
+        with pytest.raises(ValueError, match="outside"):
+            minima(p, bad, [1, 2, 4])
+    real = getattr(module, name)
+    reports = [_row_batch.UNFINISHED]
+    if design == "without_replacement":
+        reports.append(sweep.ROW_LEVEL_CHECK)
+    calls = []
+    for report in reports:
 
-    def reported(*args):  # row 1 reported failing (its values left at zero)
-        status, gap, index, *rest = real(*args)
-        status[1], gap[:, 1] = sweep.ROW_LEVEL_CHECK, 0.0
-        return (status, gap, index, *rest)
+        def reported(*args, report=report):  # row 1 reported (its values left at zero)
+            status, gap, index, *rest = real(*args)
+            status[1], gap[:, 1] = report, 0.0
+            calls.append(report)
+            return (status, gap, index, *rest)
 
-    monkeypatch.setattr(bucketed_module, "bucketed_rows", reported)
-    found = bucketed_prefix_minima(p, q, [3, 8])
-    want = bucketed_prefix_minimum(p[1], q[1], [3, 8])
-    if numba.get_num_threads() >= 2:
+        monkeypatch.setattr(module, name, reported)
+        found = minima(p, q, [3, 8])
+        want = single(p[1], q[1], [3, 8])
         assert np.all(want[0] < 0)  # the test can fail
-    np.testing.assert_array_equal(found[1][0], want[0])
+        np.testing.assert_array_equal(found[1][0], want[0])
+    assert calls == reports  # the batch ran
 
 
 def test_long_excluded_runs_are_cut_at_bucket_boundaries():
@@ -617,6 +646,91 @@ def test_closed_minimum_hands_overflows_and_bad_masses_back_to_numpy():
     assert closed_minimum(q, suffix, positives, nan, np.arange(4), 2)[0] == CLOSED_CHECK
     with pytest.raises(ValueError, match="NaN"):  # the numpy path raises, as before
         sequential_prefix_minimum(np.array([np.nan, 0.5, 0.0]), np.array([0.4, 0.3, 0.3]), [2])
+
+
+def test_a_mass_that_is_not_finite_integrates_even_after_a_failed_check():
+    """numpy's order: the closed form integrates ``n = 2`` when any mass is not finite,
+    before it checks the others (corrupted suffix sums: the first two tokens' mass beyond
+    rounding, then the first three's infinite)."""
+    q = np.array([0.4, 0.3, 0.2, 0.1])
+    cum_p, suffix, positives = prefix_sums(np.full(4, 0.25), q)
+    bad = suffix.copy()
+    bad[1] = -0.01  # Q of the first two tokens becomes 12.6
+    assert closed_minimum(q, bad, positives, cum_p, np.arange(3), 2)[0] == CLOSED_CHECK
+    bad[3] = 1e308  # and of the first three, infinite
+    assert closed_minimum(q, bad, positives, cum_p, np.arange(5), 2)[0] == CLOSED_INTEGRATE
+
+
+def test_n_two_integrates_where_its_odds_overflow():
+    """``1 − q_x`` below the normal range: ``n = 2`` is integrated, and its minimum is the
+    full sweep's (with ``n = 1`` and ``n = 3`` beside it)."""
+    q = np.array([1.0, 5e-324, 5e-324, 5e-324])
+    p = np.array([0.01, 0.01, 0.49, 0.49])
+    cum_p, suffix, positives = prefix_sums(p, q)
+    assert closed_minimum(q, suffix, positives, cum_p, np.arange(5), 2)[0] == CLOSED_INTEGRATE
+    counts = [1, 2, 3]
+    full = np.concatenate(([0.0], np.cumsum(p)))[None, :] - sequential_prefix_masses(q, counts)
+    gap, index = sequential_prefix_minimum(p, q, counts)
+    np.testing.assert_allclose(gap, np.minimum(full.min(axis=1), 0.0), rtol=0, atol=1e-15)
+    assert gap[1] < -0.3  # the test can fail
+    np.testing.assert_array_equal(index[:2], np.argmin(full[:2], axis=1))
+
+
+def test_no_live_prefix_settles_every_end_at_zero_or_one():
+    """Every prefix up to ``stop`` holds fewer than ``n`` positive masses (or nothing is
+    outside): ``Q`` is 0 or 1 there, the minimum needs no integral, and a NaN raises."""
+    p, q = np.array([0.05, 0.05, 0.9]), np.array([0.4, 0.3, 0.3])
+    gap, index = sequential_prefix_minimum(p, q, [2, 3], stop=1)
+    assert gap[1] == 0.0 and index[1] == 0
+    gap, index = sequential_prefix_minimum(p, np.array([0.5, 0.5, 0.0]), [2], stop=3)
+    assert gap[0] == pytest.approx(0.1 - 1.0) and index[0] == 2  # Q = 1 from two tokens on
+    with pytest.raises(ValueError, match="NaN"):
+        sequential_prefix_minimum(np.array([np.nan, 0.5, 0.5]), q, [3], stop=1)
+
+
+def _numpy_growth_bound(q: np.ndarray, n: int) -> float:
+    """The growth bound as numpy expressions (the earlier code): ``q.sum()`` less the largest
+    masses, or, where that cancels, the others summed without the ``np.argpartition`` top."""
+    most = min(n, q.size)
+    top = np.sort(q)[::-1][:most]
+    rest = q.sum() - np.concatenate(([0.0], np.cumsum(top)))
+    if most and rest[most] < sweep_module.RELIABLE_REST:
+        tops = np.argpartition(q, q.size - most)[q.size - most :]
+        tail = np.delete(q, tops).sum()
+        rest = tail + np.concatenate((np.cumsum(top[::-1])[::-1], [0.0]))
+    rest = rest * (1.0 - 1e-12)
+    with np.errstate(over="ignore", divide="ignore"):
+        inverse = 1.0 / rest
+    return float(np.sum(inverse[:n])) if rest[min(n, rest.size) - 1] > 0 else math.inf
+
+
+def test_the_compiled_growth_bound_is_the_numpy_one():
+    """Bit for bit where no mass ties the ``n``-th largest (numpy's ``argpartition`` picked
+    any of the tied ones, the kernel the first), to rounding where one does; both branches
+    (the largest masses hold all but 1e-18, or not)."""
+    rng = np.random.default_rng(17)
+    branches = set()
+    ties = 0
+    for trial in range(300):
+        vocab, n = int(rng.integers(1, 400)), int(rng.integers(1, 9))
+        q = rng.dirichlet(np.full(vocab, 0.3))
+        if trial % 3 == 1:  # the largest hold nearly everything
+            q = np.where(np.arange(vocab) < n - 1, q, q * 1e-18)
+        if trial % 3 == 2:  # ties: masses drawn from a few values
+            q = rng.choice([1e-3, 2e-3, 5e-3], vocab) * (1e-18 if trial % 2 else 1.0)
+            q[: min(n - 1, vocab)] = rng.dirichlet(np.ones(min(n - 1, vocab))) if n > 1 else []
+        q = q / q.sum()
+        want = _numpy_growth_bound(q, n)
+        got = _growth_bound(q, n)
+        top = np.sort(q)[::-1]
+        tied = n < vocab and top[n - 1] == top[n]
+        if tied:
+            assert got == pytest.approx(want, rel=1e-14)
+            ties += 1
+        else:
+            assert got == want
+        branches.add(bool(min(n, vocab) and top[: min(n, vocab)].sum() > 1 - 1e-2))
+    assert branches == {False, True} and ties > 10
 
 
 def test_largest_masses_are_the_partitions_top():

@@ -28,9 +28,16 @@ from collections.abc import Sequence
 import numba
 import numpy as np
 
-from otbound.drafts._ratio_buckets import bucket_row, sort_chosen_buckets
+from otbound.drafts import _row_batch as batches
+from otbound.drafts._ratio_buckets import bucket_row_kernel, sort_chosen_buckets
 
-__all__ = ["MARGIN", "poisson_bucketed_minimum"]
+__all__ = [
+    "MARGIN",
+    "poisson_bucketed_minima",
+    "poisson_bucketed_minimum",
+    "poisson_row",
+    "poisson_rows",
+]
 
 #: A bucket is swept inside unless its lower bound exceeds the best value by more than this
 #: (far above the rounding of the sums).
@@ -113,6 +120,60 @@ def _kernel(p, q, order, ratio, starts, edge, ns, gap_out, index_out):  # type: 
                     index_out[c] = i + 1
 
 
+@numba.njit(cache=True)
+def poisson_row(p, q, distinct):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """:func:`poisson_bucketed_minimum` of one row in one compiled call (``distinct``: the
+    ``n``, ascending): its checks (at least ``max n`` positive masses, ``q_min^{max n}`` in
+    the plain floats' range), the ratio buckets and :func:`_kernel`.
+
+    Returns
+    -------
+    status : int
+        :data:`~otbound.drafts._row_batch.ROW_DONE`, or
+        :data:`~otbound.drafts._row_batch.ROW_DECLINED` (the caller takes the scaled path).
+    gap, index : float64, int64 (len(distinct),)
+    order : int64
+        The tokens with ``q > 0`` in bucket order, swept buckets sorted by ratio.
+    """
+    vocab = p.shape[0]
+    top = distinct[distinct.shape[0] - 1]
+    gap = np.zeros(distinct.shape[0])
+    index = np.zeros(distinct.shape[0], dtype=np.int64)
+    positive = 0
+    smallest = np.inf
+    for x in range(vocab):  # the size and the least of q[q > 0]
+        if q[x] > 0.0:
+            positive += 1
+            smallest = min(smallest, q[x])
+    if positive < top or top * math.log10(smallest) < _SMALLEST_LOG10:
+        return batches.ROW_DECLINED, gap, index, np.zeros(0, dtype=np.int64)
+    order = np.empty(vocab, dtype=np.int64)
+    ratio = np.empty(vocab)
+    buckets, starts, edge, _, _, _ = bucket_row_kernel(p, q, 0, order, ratio)
+    if buckets <= 0:
+        return batches.ROW_DECLINED, gap, index, np.zeros(0, dtype=np.int64)
+    _kernel(p, q, order, ratio, starts, edge, distinct, gap, index)
+    return batches.ROW_DONE, gap, index, order[: starts[buckets]]
+
+
+@numba.njit(cache=True, parallel=True)
+def poisson_rows(p, q, distinct, threads, orders):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """:func:`poisson_row` of every row of ``p``, ``q`` (B, V), row ``r`` on thread
+    ``r mod threads`` (the same bits as one row at a time: the same compiled row). Returns
+    :func:`~otbound.drafts._row_batch.batch_outputs`'s arrays."""
+    rows, vocab = p.shape
+    outputs = batches.batch_outputs(rows, vocab, distinct.size, orders)
+    status, gap, index, kept_orders, lengths = outputs
+    for w in numba.prange(threads):
+        for r in range(w, rows, threads):
+            found = poisson_row(p[r], q[r], distinct)
+            batches.store_row(
+                r, found[0], found[1], found[2], found[3], status, gap, index, kept_orders,
+                lengths, orders,
+            )  # fmt: skip
+    return status, gap, index, kept_orders, lengths
+
+
 def poisson_bucketed_minimum(
     p: np.ndarray, q: np.ndarray, counts: Sequence[int]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -140,16 +201,25 @@ def poisson_bucketed_minimum(
     q = np.ascontiguousarray(q, dtype=np.float64)
     wanted = np.asarray([int(n) for n in counts], dtype=np.int64)
     distinct = np.unique(wanted)
-    positive = q[q > 0]
-    if positive.size < distinct[-1]:
+    status, gap, index, order = poisson_row(p, q, distinct)
+    if status == batches.ROW_DECLINED:
         return None
-    if distinct[-1] * math.log10(float(positive.min())) < _SMALLEST_LOG10:
-        return None
-    buckets, order, ratio, starts, edge, _, _, _ = bucket_row(p, q, 0)
-    if buckets <= 0:
-        return None
-    gap = np.zeros(distinct.size)
-    index = np.zeros(distinct.size, dtype=np.int64)
-    _kernel(p, q, order, ratio, starts, edge, distinct, gap, index)
     at = np.searchsorted(distinct, wanted)
-    return gap[at], index[at], order[: starts[-1]]
+    return gap[at], index[at], order
+
+
+def poisson_bucketed_minima(
+    p: np.ndarray, q: np.ndarray, counts: Sequence[int], orders: bool = False
+) -> list[batches.Found]:
+    """:func:`poisson_bucketed_minimum` of every row of ``p``, ``q`` (B, V), the rows shared
+    among numba's threads (:func:`poisson_rows`, through
+    :func:`~otbound.drafts._row_batch.rows_on_threads`): ``(gap, index, order)`` per row
+    (``order`` only with ``orders``, else ``None``), or ``None`` for a row it declines."""
+    p = np.ascontiguousarray(p, dtype=np.float64)
+    q = np.ascontiguousarray(q, dtype=np.float64)
+
+    def batch(threads: int) -> tuple[np.ndarray, ...]:
+        distinct = np.unique(np.asarray([int(n) for n in counts], dtype=np.int64))
+        return (distinct, *poisson_rows(p, q, distinct, threads, orders))
+
+    return batches.rows_on_threads(p, q, counts, orders, poisson_bucketed_minimum, batch)

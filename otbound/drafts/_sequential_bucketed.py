@@ -1,6 +1,6 @@
 r"""The without-replacement prefix minimum from ratio buckets instead of a full sort.
 
-:func:`otbound.drafts._sequential_mass.sequential_prefix_minimum` needs the tokens in
+:func:`otbound.drafts._sequential_sweep.sequential_prefix_minimum` needs the tokens in
 ascending ``p/q`` only where it looks inside a block of prefixes. Here a row is first put in
 *bucket order* (:mod:`otbound.drafts._ratio_buckets`: ``O(V)``, no sort), and cheap two-sided
 bounds on ``Q`` at the bucket boundaries pick the buckets that can hold the minimum, before
@@ -37,12 +37,19 @@ from otbound.drafts._ratio_buckets import (
     product_lower_kernel,
     sort_chosen_buckets,
 )
+from otbound.drafts._row_batch import (
+    ROW_DECLINED,
+    ROW_DONE,
+    Found,
+    batch_outputs,
+    rows_on_threads,
+    store_row,
+)
 from otbound.drafts._sequential_layout import bucket_columns
 from otbound.drafts._sequential_level import power
 from otbound.drafts._sequential_mass import LOG_TIME_STEP
 from otbound.drafts._sequential_sweep import (
     REFINE,
-    ROW_DONE,
     TOP_SEGMENTS,
     prefix_minimum_kernel,
     row_constants,
@@ -51,7 +58,6 @@ from otbound.drafts._sequential_sweep import (
 
 __all__ = [
     "MARGIN",
-    "ROW_DECLINED",
     "bucketed_candidates",
     "bucketed_prefix_minima",
     "bucketed_prefix_minimum",
@@ -60,10 +66,6 @@ __all__ = [
     "first_cuts",
 ]
 
-#: :func:`bucketed_row`: a ratio is not a normal float (the caller sorts the row).
-ROW_DECLINED = -1
-#: :func:`bucketed_rows`: a row no thread finished (redone on its own).
-_UNFINISHED = -2
 #: A row of a batch runs every level on its own thread (:func:`bucketed_rows`).
 _ALWAYS_SERIAL = 1 << 62
 
@@ -176,6 +178,7 @@ def first_cuts(chosen, starts, stop):  # type: ignore[no-untyped-def]  # pragma:
     run: each run of candidate buckets cut into pieces of a power of ``REFINE`` tokens
     (refinable), each run of excluded buckets into blocks cut at bucket boundaries only (not
     refinable). Returns the cut points (int64, from 0 to ``stop``) and the refinable flags.
+    ``stop`` must be the end of the last chosen bucket (0 when none is chosen).
 
     An excluded run is one block as far as ``Q`` goes (its end is a prefix of the ``p/q``
     order, its inside unsorted), but one block of 90,000 tokens (a Zipf row at V = 151,936)
@@ -196,9 +199,9 @@ def first_cuts(chosen, starts, stop):  # type: ignore[no-untyped-def]  # pragma:
     while inside // (length * REFINE) >= TOP_SEGMENTS:
         length *= REFINE
     piece = max(length, -(-stop // EXCLUDED_PIECES))
-    # at most inside / length + 1 pieces per candidate run, stop / piece + 1 blocks per
-    # excluded run
-    cuts = np.empty(inside // length + stop // piece + 2 * runs + 2, dtype=np.int64)
+    # at most inside / length + 1 pieces per candidate run, and the excluded runs' blocks
+    # (each at least `piece` tokens but the last of a run) within the row's tokens
+    cuts = np.empty(inside // length + starts[buckets] // piece + 2 * runs + 2, dtype=np.int64)
     refinable = np.empty(cuts.shape[0], dtype=np.bool_)
     cuts[0] = 0
     count = 1
@@ -302,11 +305,7 @@ def bucketed_rows(  # type: ignore[no-untyped-def]  # pragma: no cover - compile
     needed : int64 (B, 2)
     """
     rows, vocab = p.shape
-    status = np.full(rows, _UNFINISHED, dtype=np.int64)  # a row a thread did not finish
-    gap = np.zeros((distinct.shape[0], rows))
-    index = np.zeros((distinct.shape[0], rows), dtype=np.int64)
-    kept_orders = np.empty((rows if orders else 0, vocab), dtype=np.int64)
-    lengths = np.zeros(rows, dtype=np.int64)
+    status, gap, index, kept_orders, lengths = batch_outputs(rows, vocab, distinct.size, orders)
     needed = np.zeros((rows, 2), dtype=np.int64)
     for w in numba.prange(threads):
         layout = np.empty(vocab)
@@ -318,13 +317,11 @@ def bucketed_rows(  # type: ignore[no-untyped-def]  # pragma: no cover - compile
                 p[r], q[r], distinct, left_times, h, beta, inverse, layout, work, sigma,
                 stored, 1, _ALWAYS_SERIAL,
             )  # fmt: skip
-            status[r] = found[0]
-            gap[:, r] = found[1]
-            index[:, r] = found[2]
-            lengths[r] = found[3].shape[0]
-            if orders:
-                kept_orders[r, : lengths[r]] = found[3]
             needed[r] = found[4]
+            store_row(
+                r, found[0], found[1], found[2], found[3], status, gap, index, kept_orders,
+                lengths, orders,
+            )  # fmt: skip
             if found[4][0] > sigma.shape[0]:  # the thread's next rows fit
                 sigma = np.empty(found[4][0])
             if found[4][1] > stored.shape[0]:
@@ -382,40 +379,29 @@ def bucketed_prefix_minimum(
 
 def bucketed_prefix_minima(
     p: np.ndarray, q: np.ndarray, counts: Sequence[int], orders: bool = False
-) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None] | None]:
+) -> list[Found]:
     """:func:`bucketed_prefix_minimum` of every row of ``p``, ``q`` (B, V): ``(gap, index,
     order)`` per row (``order`` only with ``orders``, else ``None``), or ``None`` for a row
     it declines.
 
     With two or more rows and numba threads, the rows share the threads
-    (:func:`bucketed_rows`); a row whose checks fail is redone on its own, which raises.
-    Otherwise one row after another, each with the threads inside its levels.
+    (:func:`bucketed_rows`); a row whose checks fail is redone on its own, which raises
+    (:func:`~otbound.drafts._row_batch.rows_on_threads`). Otherwise one row after another,
+    each with the threads inside its levels.
     """
     p = np.ascontiguousarray(p, dtype=np.float64)
     q = np.ascontiguousarray(q, dtype=np.float64)
-    rows = p.shape[0]
-    threads = min(numba.get_num_threads(), rows)
-    if threads < 2:
-        each = [bucketed_prefix_minimum(p[r], q[r], counts) for r in range(rows)]
-        return [f if f is None or orders else (f[0], f[1], None) for f in each]
-    distinct, left_times, beta, inverse = row_constants(counts)
-    sigma, stored = kept("sequential power sums"), kept("sequential stored states")
-    status, gap, index, kept_orders, lengths, needed = bucketed_rows(
-        p, q, distinct, left_times, LOG_TIME_STEP, beta, inverse, threads,
-        np.array([sigma.size, stored.size], dtype=np.int64), orders,
-    )  # fmt: skip
-    most = needed.max(axis=0)
-    kept("sequential power sums", int(most[0]))  # the next batch's threads start there
-    kept("sequential stored states", int(most[1]))
-    at = np.searchsorted(distinct, np.asarray(list(counts), dtype=np.int64))
-    out: list[tuple[np.ndarray, np.ndarray, np.ndarray | None] | None] = []
-    for r in range(rows):
-        if status[r] == ROW_DECLINED:
-            out.append(None)
-        elif status[r] != ROW_DONE:  # redone alone: its numpy checks raise
-            found = bucketed_prefix_minimum(p[r], q[r], counts)
-            out.append(found if found is None or orders else (found[0], found[1], None))
-        else:
-            order = kept_orders[r, : lengths[r]] if orders else None
-            out.append((gap[at, r], index[at, r], order))
-    return out
+
+    def batch(threads: int) -> tuple[np.ndarray, ...]:
+        distinct, left_times, beta, inverse = row_constants(counts)
+        sigma, stored = kept("sequential power sums"), kept("sequential stored states")
+        status, gap, index, kept_orders, lengths, needed = bucketed_rows(
+            p, q, distinct, left_times, LOG_TIME_STEP, beta, inverse, threads,
+            np.array([sigma.size, stored.size], dtype=np.int64), orders,
+        )  # fmt: skip
+        most = needed.max(axis=0)
+        kept("sequential power sums", int(most[0]))  # the next batch's threads start there
+        kept("sequential stored states", int(most[1]))
+        return distinct, status, gap, index, kept_orders, lengths
+
+    return rows_on_threads(p, q, counts, orders, bucketed_prefix_minimum, batch)

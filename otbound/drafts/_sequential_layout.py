@@ -99,8 +99,9 @@ def closed_minimum(q, suffix, positives, cum_p, columns, n):  # type: ignore[no-
     Returns
     -------
     status : int
-        :data:`CLOSED_FOUND`, :data:`CLOSED_INTEGRATE` (a mass is not finite) or
-        :data:`CLOSED_CHECK` (out of ``[0, 1]`` beyond rounding, or a NaN).
+        :data:`CLOSED_FOUND`, :data:`CLOSED_INTEGRATE` (some mass is not finite, as numpy's
+        ``np.all(np.isfinite(...))`` test before its checks) or :data:`CLOSED_CHECK` (out of
+        ``[0, 1]`` beyond rounding, or a NaN in ``p(H) − Q(H)``).
     gap : float
     index : int
         The first prefix length attaining ``gap`` (0 when ``gap = 0``).
@@ -124,6 +125,7 @@ def closed_minimum(q, suffix, positives, cum_p, columns, n):  # type: ignore[no-
     best = np.inf
     where = 0
     found = False
+    failed = False  # a check failed: numpy raises, unless a mass is not finite (integrate)
     for k in range(columns.shape[0]):
         i = columns[k]
         value = mass[i]
@@ -133,14 +135,16 @@ def closed_minimum(q, suffix, positives, cum_p, columns, n):  # type: ignore[no-
             value = 1.0
         if not np.isfinite(value):
             return CLOSED_INTEGRATE, 0.0, 0
-        if value != value or max(0.0 - value, value - 1.0) > ROUNDING_TOLERANCE:
-            return CLOSED_CHECK, 0.0, 0  # clip_rounding's test, which raises
+        if max(0.0 - value, value - 1.0) > ROUNDING_TOLERANCE:
+            failed = True  # clip_rounding's test, which raises
         value = min(max(value, 0.0), 1.0)
         difference = cum_p[i] - value
         if difference != difference:
-            return CLOSED_CHECK, 0.0, 0
+            failed = True
         if not found or difference < best:
             best, where, found = difference, i, True
+    if failed:
+        return CLOSED_CHECK, 0.0, 0
     if found and best < gap:
         gap, index = best, where
     return CLOSED_FOUND, gap, index

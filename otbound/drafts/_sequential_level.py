@@ -1,6 +1,6 @@
 r"""The bookkeeping of one level of the without-replacement block sweep, compiled.
 
-:func:`otbound.drafts._sequential_mass.sequential_prefix_minimum` sweeps the tokens in levels
+:func:`otbound.drafts._sequential_sweep.sequential_prefix_minimum` sweeps the tokens in levels
 of segments. Around its two kernels (the power sums and the count distributions) each level
 lays out its tokens, turns the trapezoid sums at the segment ends into ``Q(H)``, settles the
 minimum of ``p(H) − Q(H)``, bounds ``p(H) − Q(H)`` inside each segment and cuts the

@@ -673,6 +673,6 @@ def _fill(array, value):  # pragma: no cover - compiled
 
 
 #: The kernels above without parallel loops, for the levels too small to wake the other
-#: threads (:func:`_sweep_levels`).
+#: threads and for the rows of a batch (:func:`otbound.drafts._sequential_sweep._sweep_levels`).
 _segment_power_sums_serial = serial_build(_segment_power_sums)
 _segment_mass_serial = serial_build(_segment_mass)

@@ -10,7 +10,8 @@ block sweep of ``n ≥ 3`` (:func:`_sweep_levels`, over the kernels of
 can give each thread whole rows (:func:`otbound.drafts._sequential_bucketed.bucketed_rows`).
 
 Where numpy's checks would raise (a mass outside ``[0, 1]`` beyond rounding, a NaN), the
-kernel reports it (:data:`ROW_CLOSED_CHECK`, :data:`ROW_LEVEL_CHECK`) and the Python
+kernel reports it (:data:`ROW_CLOSED_CHECK`, :data:`ROW_EARLY_CHECK`,
+:data:`ROW_LEVEL_CHECK`) and the Python
 wrapper runs the numpy lines, which raise as before.
 """
 
@@ -26,6 +27,7 @@ from otbound._checks import clip_rounding
 from otbound._pairwise import pairwise_sum
 from otbound._scratch import kept, scratch
 from otbound._threads import SERIAL_WORK
+from otbound.drafts._row_batch import ROW_DONE
 from otbound.drafts._sequential_layout import (
     CLOSED_CHECK,
     CLOSED_INTEGRATE,
@@ -57,7 +59,7 @@ __all__ = [
     "CANDIDATE_SLACK",
     "REFINE",
     "ROW_CLOSED_CHECK",
-    "ROW_DONE",
+    "ROW_EARLY_CHECK",
     "ROW_LEVEL_CHECK",
     "TOP_SEGMENTS",
     "prefix_minimum_kernel",
@@ -74,12 +76,12 @@ TOP_SEGMENTS = 12
 #: value found by more than the integration error.
 CANDIDATE_SLACK = 1e-13
 
-#: :func:`prefix_minimum_kernel` found every minimum.
-ROW_DONE = 0
 #: A closed form (``n ≤ 2``) left ``[0, 1]`` beyond rounding, or gave a NaN: numpy raises.
 ROW_CLOSED_CHECK = 1
 #: A level of the block sweep did: numpy raises.
 ROW_LEVEL_CHECK = 2
+#: No prefix was live (``Q`` is 0 or 1 at every end) and some ``p(H) − Q(H)`` is NaN.
+ROW_EARLY_CHECK = 3
 
 
 def _closed_form_mass(q: np.ndarray, suffix: np.ndarray, n: int) -> np.ndarray:
@@ -114,8 +116,10 @@ def _other_masses(q, most, largest):  # type: ignore[no-untyped-def]  # pragma: 
     largest entries hold nearly all the mass (``1 − m_j`` of 1e-18 came out as 2e-16): where
     the smallest of them is below :data:`RELIABLE_REST`, the entries past the ``most``
     largest are summed on their own (in token order; of entries equal to the ``most``-th
-    largest, the first ones count among the largest) and the largest added back, sums of
-    non-negative terms only. ``largest``: the ``most`` (or more) largest entries,
+    largest, the first ones count among the largest, where numpy's ``argpartition`` in the
+    earlier code took any, so on such rows that sum may differ from the earlier one in its
+    last bit: ``K`` only chooses segments, within ``CANDIDATE_SLACK``) and the largest added
+    back, sums of non-negative terms only. ``largest``: the ``most`` (or more) largest entries,
     descending, where the caller has them (else empty).
     """
     top = largest[:most].copy() if largest.shape[0] >= most else largest_masses(q, most)
@@ -179,21 +183,10 @@ def _growth_bound(q: np.ndarray, n: int) -> float:
     ``Σ_j P(all n draws in H ∪ D, draw j+1 in D)``, and in that event each of the other
     ``n − 1`` draws lands in ``H ∪ D`` with probability ``(c − s)/(1 − s) ≤ c``.
     """
-    return float(_growth_bounds(q, [n])[0])
-
-
-def _growth_bounds(
-    q: np.ndarray, counts: Sequence[int], largest: np.ndarray | None = None
-) -> np.ndarray:
-    """:func:`_growth_bound` for each ``n`` in ``counts`` (:func:`growth_kernel`), from
-    ``largest`` (the ``max(counts)`` or more largest entries of ``q``, descending) where
-    given."""
-    bounds: np.ndarray = growth_kernel(
-        np.ascontiguousarray(q, dtype=np.float64),
-        np.asarray(counts, dtype=np.int64),
-        np.empty(0) if largest is None else np.ascontiguousarray(largest, dtype=np.float64),
+    bounds = growth_kernel(
+        np.ascontiguousarray(q, dtype=np.float64), np.array([n], dtype=np.int64), np.empty(0)
     )
-    return bounds
+    return float(bounds[0])
 
 
 @numba.njit(cache=True, inline="always")
@@ -255,8 +248,8 @@ def _sweep_levels(  # type: ignore[no-untyped-def]  # pragma: no cover - compile
     this thread alone (waking the others costs more, :mod:`otbound._threads`); the others
     run on numba's ``threads`` (the power sums' shares). The buffers are work memory (their
     values do not matter): ``work_buffer`` of shape (3, ``q.size``) at least (a level's
-    tokens are never more), the others as large as the first level needs (a later level
-    that needs more takes fresh memory).
+    tokens are never more), the others of any size (a level that needs more takes fresh
+    memory).
 
     Returns
     -------
@@ -407,8 +400,9 @@ def prefix_minimum_kernel(  # type: ignore[no-untyped-def]  # pragma: no cover -
     Returns
     -------
     status : int
-        :data:`ROW_DONE`, :data:`ROW_CLOSED_CHECK` (``slots`` holds the failing ``n``'s
-        place in ``distinct``) or :data:`ROW_LEVEL_CHECK` (``remaining``, ``left``,
+        :data:`ROW_DONE`, :data:`ROW_CLOSED_CHECK` or :data:`ROW_EARLY_CHECK` (``slots``
+        holds the failing ``n``'s place in ``distinct``) or :data:`ROW_LEVEL_CHECK`
+        (``remaining``, ``left``,
         ``ends`` are the failing level's, ``slots`` the integrated ``n``'s places).
     gap, index : float64, int64 (len(distinct),)
     remaining, left, ends, slots
@@ -451,7 +445,7 @@ def prefix_minimum_kernel(  # type: ignore[no-untyped-def]  # pragma: no cover -
                     break
                 value = cum_p[i] - (1.0 if positives[i] >= distinct[slot] else 0.0)
                 if value != value:
-                    return ROW_CLOSED_CHECK, gap, index, nothing, no_left, no_ends, \
+                    return ROW_EARLY_CHECK, gap, index, nothing, no_left, no_ends, \
                         np.full(1, slot), needed  # fmt: skip
                 if where < 0 or value < best:
                     best, where = value, int(i)
@@ -514,7 +508,9 @@ def sequential_prefix_minimum(
     followed by a minimum (to its error, below 1e-12), without computing ``Q`` at every
     prefix (:func:`prefix_minimum_kernel`):
 
-    * ``n ≤ 2`` need no integral (:func:`_closed_form_mass`).
+    * ``n ≤ 2`` need no integral (:func:`_closed_form_mass`, taken by
+      :func:`~otbound.drafts._sequential_layout.closed_minimum`); where the odds of ``n = 2``
+      overflow (``1 − q_x`` below the normal range), ``n = 2`` is integrated as below.
     * For ``n ≥ 3`` the tokens are cut into blocks of consecutive prefixes. At each node the
       block's tokens with ``q_x t ≤ SMALL_RATE`` join the count distribution at once, by the
       generating function ``Π_x (e^{−a_x} + (1 − e^{−a_x}) z) = e^{−A} exp(Σ_m c_m z^m)``
@@ -610,7 +606,7 @@ def _raise_numpy_checks(
             enough = positives[ends] >= n
             mass = 1.0 - (remaining[k] + left)
             settle(n, ends, np.where(enough & (suffix[ends] > 0), mass, np.where(enough, 1.0, 0.0)))
-        elif n <= 2:
+        elif status == ROW_CLOSED_CHECK:
             with np.errstate(over="ignore", invalid="ignore"):
                 mass = _closed_form_mass(q, suffix, n)
             mass = np.where(positives >= n, np.where(suffix > 0, mass, 1.0), 0.0)

@@ -142,6 +142,16 @@ class ConditionalPoisson(DraftDesign):
 
         return poisson_bucketed_minimum(p, q, counts)
 
+    def bucketed_minima(
+        self, p: np.ndarray, q: np.ndarray, counts: Sequence[int], orders: bool = False
+    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None] | None]:
+        """:meth:`bucketed_minimum` of every row of ``p``, ``q`` (B, V), the rows shared
+        among numba's threads (``order`` only with ``orders``, else ``None``)
+        (:func:`otbound.drafts._poisson_bucketed.poisson_bucketed_minima`)."""
+        from otbound.drafts._poisson_bucketed import poisson_bucketed_minima  # numba
+
+        return poisson_bucketed_minima(p, q, counts, orders)
+
 
 def _last_step(key: np.ndarray) -> np.ndarray:
     """``out[j]`` = the last token ``x < j`` whose step ``key[x] < key[x + 1]`` is positive
