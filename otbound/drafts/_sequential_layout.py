@@ -44,20 +44,23 @@ def prefix_sums(p, q):  # type: ignore[no-untyped-def]  # pragma: no cover - com
     ``np.cumsum(q[::-1])[::-1]``), ``positives[i] = #{j < i: q_j > 0}``.
     """
     size = q.shape[0]
-    cum_p = np.zeros(size + 1)
-    suffix = np.zeros(size + 1)
-    positives = np.zeros(size + 1, dtype=np.int64)
-    total = 0.0
-    for i in range(size - 1, -1, -1):
-        total += q[i]
-        suffix[i] = total
-    total = 0.0
+    cum_p = np.empty(size + 1)
+    suffix = np.empty(size + 1)
+    positives = np.empty(size + 1, dtype=np.int64)
+    cum_p[0] = 0.0
+    suffix[size] = 0.0
+    positives[0] = 0
+    back = 0.0  # the suffix sum, from the end
+    front = 0.0  # the prefix sum
     count = 0
-    for i in range(size):
-        total += p[i]
-        cum_p[i + 1] = total
-        count += q[i] > 0.0
-        positives[i + 1] = count
+    for k in range(size):  # the two sums' chains of additions side by side, not one after
+        i = size - 1 - k
+        back += q[i]
+        suffix[i] = back
+        front += p[k]
+        cum_p[k + 1] = front
+        count += q[k] > 0.0
+        positives[k + 1] = count
     return cum_p, suffix, positives
 
 
