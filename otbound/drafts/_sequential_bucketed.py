@@ -29,7 +29,6 @@ from collections.abc import Sequence
 import numba
 import numpy as np
 
-from otbound._scratch import kept, scratch
 from otbound._threads import SERIAL_WORK
 from otbound.drafts._ratio_buckets import (
     bucket_row_kernel,
@@ -49,9 +48,10 @@ from otbound.drafts._sequential_layout import bucket_columns
 from otbound.drafts._sequential_level import power
 from otbound.drafts._sequential_mass import LOG_TIME_STEP
 from otbound.drafts._sequential_sweep import (
-    REFINE,
-    TOP_SEGMENTS,
+    first_length,
     prefix_minimum_kernel,
+    remember_needed,
+    row_buffers,
     row_constants,
     sequential_prefix_minimum,
 )
@@ -175,7 +175,7 @@ def _bucket_plan(p, q, order, ratio, starts, edge, sum_p, sum_q, tops, counts): 
 @numba.njit(cache=True)
 def first_cuts(chosen, starts, stop):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """First-level segments in bucket order up to ``stop``, the end of the last candidate
-    run: each run of candidate buckets cut into pieces of a power of ``REFINE`` tokens
+    run: each run of candidate buckets cut into pieces of :func:`first_length` tokens
     (refinable), each run of excluded buckets into blocks cut at bucket boundaries only (not
     refinable). Returns the cut points (int64, from 0 to ``stop``) and the refinable flags.
     ``stop`` must be the end of the last chosen bucket (0 when none is chosen).
@@ -195,9 +195,7 @@ def first_cuts(chosen, starts, stop):  # type: ignore[no-untyped-def]  # pragma:
         if chosen[b]:
             inside += starts[b + 1] - starts[b]
             runs += b == 0 or not chosen[b - 1]
-    length = 1
-    while inside // (length * REFINE) >= TOP_SEGMENTS:
-        length *= REFINE
+    length = first_length(inside)
     piece = max(length, -(-stop // EXCLUDED_PIECES))
     # at most inside / length + 1 pieces per candidate run, and the excluded runs' blocks
     # (each at least `piece` tokens but the last of a run) within the row's tokens
@@ -358,14 +356,11 @@ def bucketed_prefix_minimum(
     distinct, left_times, beta, inverse = row_constants(counts)
     status, gap, index, order, needed, *redo = bucketed_row(
         p, q, distinct, left_times, LOG_TIME_STEP, beta, inverse,
-        scratch("sequential layout", (q.size,)), scratch("sequential power-sum work", (3, q.size)),
-        kept("sequential power sums"), kept("sequential stored states"),
-        numba.get_num_threads(), SERIAL_WORK,
+        *row_buffers(q.size), numba.get_num_threads(), SERIAL_WORK,
     )  # fmt: skip
     if status == ROW_DECLINED:
         return None
-    kept("sequential power sums", int(needed[0]))  # the next row's first level fits
-    kept("sequential stored states", int(needed[1]))
+    remember_needed(needed)
     if status != ROW_DONE:  # the numpy checks raise
         p_sorted, q_sorted, cuts, refinable, columns, stop, largest = redo
         sequential_prefix_minimum(
@@ -394,14 +389,12 @@ def bucketed_prefix_minima(
 
     def batch(threads: int) -> tuple[np.ndarray, ...]:
         distinct, left_times, beta, inverse = row_constants(counts)
-        sigma, stored = kept("sequential power sums"), kept("sequential stored states")
+        *_, sigma, stored = row_buffers(0)  # the sizes the threads' buffers start from
         status, gap, index, kept_orders, lengths, needed = bucketed_rows(
             p, q, distinct, left_times, LOG_TIME_STEP, beta, inverse, threads,
             np.array([sigma.size, stored.size], dtype=np.int64), orders,
         )  # fmt: skip
-        most = needed.max(axis=0)
-        kept("sequential power sums", int(most[0]))  # the next batch's threads start there
-        kept("sequential stored states", int(most[1]))
+        remember_needed(needed.max(axis=0))  # the next batch's threads start there
         return distinct, status, gap, index, kept_orders, lengths
 
     return rows_on_threads(p, q, counts, orders, bucketed_prefix_minimum, batch)

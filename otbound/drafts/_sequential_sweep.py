@@ -62,7 +62,10 @@ __all__ = [
     "ROW_EARLY_CHECK",
     "ROW_LEVEL_CHECK",
     "TOP_SEGMENTS",
+    "first_length",
     "prefix_minimum_kernel",
+    "remember_needed",
+    "row_buffers",
     "row_constants",
     "sequential_prefix_minimum",
 ]
@@ -352,12 +355,19 @@ def _grid(smallest, t_lo, h):  # type: ignore[no-untyped-def]  # pragma: no cove
 
 
 @numba.njit(cache=True)
-def _first_level(stop):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
-    """The default first level: segments of a power of ``REFINE`` tokens over ``[0, stop)``,
-    at least ``TOP_SEGMENTS`` of them where ``stop`` allows."""
+def first_length(tokens):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """The first level's segment length for ``tokens`` swept inside: the largest power of
+    ``REFINE`` that still leaves at least ``TOP_SEGMENTS`` segments (1 for few tokens)."""
     length = 1
-    while stop // (length * REFINE) >= TOP_SEGMENTS:
+    while tokens // (length * REFINE) >= TOP_SEGMENTS:
         length *= REFINE
+    return length
+
+
+@numba.njit(cache=True)
+def _first_level(stop):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """The default first level: segments of :func:`first_length` tokens over ``[0, stop)``."""
+    length = first_length(stop)
     segments = -(-stop // length)
     first = np.empty(segments + 1, dtype=np.int64)
     for s in range(segments):
@@ -402,8 +412,8 @@ def prefix_minimum_kernel(  # type: ignore[no-untyped-def]  # pragma: no cover -
     status : int
         :data:`ROW_DONE`, :data:`ROW_CLOSED_CHECK` or :data:`ROW_EARLY_CHECK` (``slots``
         holds the failing ``n``'s place in ``distinct``) or :data:`ROW_LEVEL_CHECK`
-        (``remaining``, ``left``,
-        ``ends`` are the failing level's, ``slots`` the integrated ``n``'s places).
+        (``remaining``, ``left``, ``ends`` are the failing level's, ``slots`` the
+        integrated ``n``'s places).
     gap, index : float64, int64 (len(distinct),)
     remaining, left, ends, slots
     needed : int64 (2,)
@@ -490,6 +500,25 @@ def row_constants(
     return distinct, left_times, _series_table(top, MOST_TERMS), _inverse(h)
 
 
+#: The names of this thread's work buffers (:mod:`otbound._scratch`) for a row's sweep.
+_LAYOUT, _WORK = "sequential layout", "sequential power-sum work"
+_POWER_SUMS, _STORED = "sequential power sums", "sequential stored states"
+
+
+def row_buffers(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """This thread's work memory for :func:`prefix_minimum_kernel` on a row of ``size``
+    tokens: the layout (V,), the power sums' work (3, V), and the power sums' and stored
+    states' buffers as large as the rows before needed (:func:`remember_needed`)."""
+    return scratch(_LAYOUT, (size,)), scratch(_WORK, (3, size)), kept(_POWER_SUMS), kept(_STORED)
+
+
+def remember_needed(needed: np.ndarray) -> None:
+    """Grow the power sums' and stored states' buffers to the sizes a row's first level
+    took (``needed``, as :func:`prefix_minimum_kernel` returns it), for the next rows."""
+    kept(_POWER_SUMS, int(needed[0]))
+    kept(_STORED, int(needed[1]))
+
+
 def sequential_prefix_minimum(
     p_sorted: np.ndarray,
     q_sorted: np.ndarray,
@@ -566,13 +595,9 @@ def sequential_prefix_minimum(
         p, q, distinct, np.ascontiguousarray(columns), first,
         np.ascontiguousarray(may_refine, dtype=np.bool_), size if stop is None else int(stop),
         np.empty(0) if largest is None else np.ascontiguousarray(largest, dtype=np.float64),
-        left_times, h, beta, inverse, scratch("sequential layout", (size,)),
-        scratch("sequential power-sum work", (3, size)),
-        kept("sequential power sums"), kept("sequential stored states"),
-        numba.get_num_threads(), SERIAL_WORK,
+        left_times, h, beta, inverse, *row_buffers(size), numba.get_num_threads(), SERIAL_WORK,
     )  # fmt: skip
-    kept("sequential power sums", int(needed[0]))  # the next row's first level fits
-    kept("sequential stored states", int(needed[1]))
+    remember_needed(needed)
     if status != ROW_DONE:
         _raise_numpy_checks(status, p, q, distinct, columns, stop, remaining, left, ends, slots)
     at = np.searchsorted(distinct, np.asarray(list(counts), dtype=np.int64))
