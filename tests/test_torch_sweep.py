@@ -410,3 +410,53 @@ def test_device_solver_serves_every_sampled_design():
     assert len(numpy_rows) == len(torch_rows) > 0
     assert set(torch_rows.design) >= {"without_replacement", "conditional_poisson"}
     np.testing.assert_allclose(torch_rows.alpha_star, numpy_rows.alpha_star, rtol=0, atol=1e-9)
+
+
+def _sequential_prefix_values(const, lin, degree, cumulative):
+    """``_prefix_values`` one token after another in numpy (the product chained in order)."""
+    out = np.empty(const.shape)
+    for row in np.ndindex(const.shape[:-1]):
+        poly = np.zeros(degree + 1)
+        poly[0] = 1.0
+        for i in range(const.shape[-1]):
+            at = (*row, i)
+            poly[1:] = poly[1:] * const[at] + poly[:-1] * lin[at]
+            poly[0] *= const[at]
+            out[at] = poly.sum() if cumulative else poly[degree]
+    return out
+
+
+@pytest.mark.parametrize("blocks", [1, 2, 3, 5, 8, 13])
+def test_products_before_is_the_product_of_the_blocks_before(blocks):
+    """The doubling scan gives ``Π_{m < k} F_m`` for every ``k`` (block counts that are and
+    are not powers of two), against the products chained one after another."""
+    from otbound.drafts._torch_distinct import _poly_mul, _products_before
+
+    rng = np.random.default_rng(blocks)
+    factors = torch.tensor(rng.uniform(0.1, 1.0, (3, blocks, 5)), dtype=torch.float64)
+    got = _products_before(factors)
+    want = torch.zeros_like(factors)
+    current = torch.zeros(3, 5, dtype=torch.float64)
+    current[:, 0] = 1.0
+    for k in range(blocks):
+        want[:, k] = current
+        current = _poly_mul(current, factors[:, k])
+    assert torch.allclose(got, want, rtol=1e-14, atol=0)
+    assert torch.equal(got[:, 0], torch.eye(5, dtype=torch.float64)[0].expand(3, 5))
+
+
+@pytest.mark.parametrize("vocab", [1, 7, 64, 65, 200, 64 * 9 + 5])
+@pytest.mark.parametrize("cumulative", [False, True])
+def test_prefix_values_match_the_product_token_by_token(vocab, cumulative):
+    """Blocks of ``SCAN_BLOCK`` tokens (one, several, a padded last one) give every prefix's
+    coefficient as the product taken one token at a time, to a relative 1e-13."""
+    from otbound.drafts._torch_distinct import SCAN_BLOCK, _prefix_values
+
+    assert SCAN_BLOCK == 64  # the sizes above are chosen around it
+    rng = np.random.default_rng(vocab)
+    stay = rng.uniform(0.0, 1.0, (2, 3, vocab))
+    fire = 1.0 - stay
+    for degree in (1, 3, 7):
+        got = _prefix_values(torch.tensor(stay), torch.tensor(fire), degree, cumulative=cumulative)
+        want = _sequential_prefix_values(stay, fire, degree, cumulative)
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-13, atol=1e-300)
