@@ -460,3 +460,113 @@ def test_prefix_values_match_the_product_token_by_token(vocab, cumulative):
         got = _prefix_values(torch.tensor(stay), torch.tensor(fire), degree, cumulative=cumulative)
         want = _sequential_prefix_values(stay, fire, degree, cumulative)
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-13, atol=1e-300)
+
+
+def _block_and_dense(p: np.ndarray, q: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The without-replacement gap by the block sweep and by the dense path (every prefix)."""
+    from otbound.drafts import _torch_block_sweep, _torch_distinct
+
+    pt, qt = torch.tensor(p), torch.tensor(q)
+    block = _torch_block_sweep.without_replacement_gap(pt, qt, n).numpy()
+    dense = _torch_distinct.without_replacement_gap(pt, qt, n).numpy()
+    return block, dense
+
+
+@pytest.mark.parametrize("vocab", [3, 40, 255, 256, 257, 700, 2500])
+def test_block_sweep_equals_the_dense_sweep(vocab):
+    """Rows of every kind (flat, spiky, zeros, tiny masses, one-hot, ties) and LM-like rows,
+    one block, several, a padded last one: the block sweep's gap is the dense path's, every
+    prefix's ``Q`` integrated, to 1e-12."""
+    rng = np.random.default_rng([41, vocab])
+    p, q = _batch(rng, 12, vocab)
+    kinds = [_logits_rows(rng, 2, vocab, kind) for kind in ("zipf", "peaked", "gauss")]
+    p = np.concatenate([p, *kinds])
+    q = np.concatenate([q, *[_normalise(x ** rng.uniform(0.6, 1.4)) for x in kinds]])
+    for n in (3, 4, 5, 8):
+        keep = np.count_nonzero(q > 0, axis=-1) >= n
+        block, dense = _block_and_dense(p[keep], q[keep], n)
+        assert np.max(np.abs(block - dense), initial=0.0) <= 1e-12, (vocab, n)
+
+
+def test_block_sweep_takes_every_kind_of_block(monkeypatch):
+    """LM-like rows at V = 5,000 take all three kinds of block products (the power series,
+    the tokens one by one, the dead blocks) and sweep some candidates, and still equal the
+    dense path (each kind is needed: a row with one kind only would not test the others)."""
+    from otbound.drafts import _torch_block_sweep as sweep
+
+    seen: dict[str, int] = {"series": 0, "tokens": 0, "dead": 0, "candidates": 0}
+    series, tokens, certain = sweep._series_products, sweep._token_products, sweep._certain_through
+    inside = sweep._inside_values
+
+    def count_series(u, *args):
+        seen["series"] += int(torch.count_nonzero(u))
+        return series(u, *args)
+
+    def count_tokens(rates, *args):
+        seen["tokens"] += rates.shape[0]
+        return tokens(rates, *args)
+
+    def count_dead(blocks, t):
+        through = certain(blocks, t)
+        seen["dead"] += int(torch.count_nonzero(through >= 3))
+        return through
+
+    def count_candidates(rates, *args):
+        seen["candidates"] += rates.shape[0]
+        return inside(rates, *args)
+
+    monkeypatch.setattr(sweep, "_series_products", count_series)
+    monkeypatch.setattr(sweep, "_token_products", count_tokens)
+    monkeypatch.setattr(sweep, "_certain_through", count_dead)
+    monkeypatch.setattr(sweep, "_inside_values", count_candidates)
+    rng = np.random.default_rng(43)
+    p = _logits_rows(rng, 3, 5000, "zipf")
+    q = _normalise(p**0.8 * rng.uniform(0.5, 1.5, p.shape))
+    block, dense = _block_and_dense(p, q, 3)
+    assert all(count > 0 for count in seen.values()), seen
+    assert np.max(np.abs(block - dense)) <= 1e-12
+
+
+@pytest.mark.parametrize("kind", ["zipf", "peaked", "gauss"])
+def test_chord_bound_holds_inside_every_block(kind):
+    """The candidate test's bound never exceeds ``p(H_i) − Q(H_i)`` at a prefix inside its
+    block (``Q`` of every prefix from the dense path): the blocks it leaves out cannot hold
+    the minimum."""
+    from otbound.drafts._torch_block_sweep import _chord_lower
+    from otbound.drafts._torch_distinct import sweep_sorted, without_replacement_prefix_mass
+
+    rng = np.random.default_rng([47, len(kind)])
+    p = _logits_rows(rng, 3, 1500, kind)
+    q = _normalise(p ** rng.uniform(0.6, 1.4) * rng.uniform(0.5, 1.5, p.shape))
+    p_sorted, q_sorted = sweep_sorted(torch.tensor(p), torch.tensor(q))
+    for n in (3, 8):
+        mass = without_replacement_prefix_mass(q_sorted, n).clamp(0.0, 1.0)
+        cum_p = torch.nn.functional.pad(p_sorted.cumsum(-1), (1, 0))
+        suffix = torch.nn.functional.pad(q_sorted.flip(-1).cumsum(-1).flip(-1), (0, 1))
+        for size in (7, 64, 256):
+            ends = torch.clamp(torch.arange(0, -(-1500 // size) + 1) * size, max=1500)
+            lower = _chord_lower(cum_p, suffix, mass[:, ends], size)
+            value = cum_p - mass
+            for k in range(ends.shape[0] - 1):
+                inside = value[:, ends[k] + 1 : ends[k + 1]]
+                if inside.shape[1]:
+                    assert torch.all(lower[:, k] <= inside.amin(dim=-1) + 1e-15), (n, size, k)
+
+
+@pytest.mark.parametrize("n", [3, 5])
+def test_block_sweep_with_n_minus_one_heavy_tokens(n):
+    """``n − 1`` tokens hold nearly all the mass and fire at every large node, the rest is a
+    long tail: ``P[N < n]`` stays near 1 at the prefixes that hold the heavy tokens, far past
+    their nodes' ``q t > 50`` (a block dies only with ``n`` such tokens before its end)."""
+    rng = np.random.default_rng([53, n])
+    vocab = 1200
+    q = np.full((2, vocab), 0.02 / (vocab - n + 1))
+    q[:, : n - 1] = 0.98 / (n - 1)
+    p = q * rng.uniform(0.1, 3.0, q.shape)
+    p *= 0.9 / p[:, n - 1 :].sum(axis=-1, keepdims=True)
+    p[:, : n - 1] = 0.1 / (n - 1)  # the heavy tokens first in the sweep, the minimum past them
+    order = np.stack([rng.permutation(vocab) for _ in range(2)])
+    p, q = np.take_along_axis(p, order, -1), np.take_along_axis(q, order, -1)
+    block, dense = _block_and_dense(p, q, n)
+    assert np.all(dense < -0.01)  # the minimum is a prefix that holds the heavy tokens
+    assert np.max(np.abs(block - dense)) <= 1e-12

@@ -55,6 +55,7 @@ sixteen rows at ``V = 32,000``, ``n = 8``, against 28,000 now).
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -129,6 +130,14 @@ def _poly_mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def add_token(state: torch.Tensor, const: torch.Tensor, lin: torch.Tensor) -> torch.Tensor:
+    """``state · (const + lin z) mod z^{d+1}``: one token's factor into the polynomials
+    ``state`` (..., d + 1), ``const`` and ``lin`` of shape (...)."""
+    new = state * const[..., None]
+    new[..., 1:].addcmul_(state[..., :-1], lin[..., None])
+    return new
+
+
 def _products_before(blocks: torch.Tensor) -> torch.Tensor:
     """``C_k = Π_{m < k} F_m`` (``C_0 = 1``) of the block products ``F_m`` along axis −2
     (..., K, d + 1): a Hillis–Steele scan, ``⌈log2 K⌉`` doubling steps of one truncated product
@@ -173,9 +182,7 @@ def _prefix_values(
     state[..., 0] = 1.0
     within = torch.empty(*lead, blocks, block, degree + 1, dtype=const.dtype, device=const.device)
     for i in range(block):
-        new = state * a[..., i, None]
-        new[..., 1:].addcmul_(state[..., :-1], b[..., i, None])
-        state = new
+        state = add_token(state, a[..., i], b[..., i])
         within[..., i, :] = state
     carry = _products_before(state)
     inner = within.cumsum(dim=-1) if cumulative else within
@@ -325,25 +332,53 @@ def _closed_form_mass(q: torch.Tensor, suffix: torch.Tensor, n: int) -> torch.Te
     return 1.0 - suffix * (1.0 + _with_empty(torch.cumsum(odds, dim=-1)))
 
 
-def _integral_remaining(
-    q: torch.Tensor, suffix: torch.Tensor, live: torch.Tensor, n: int, h: float
-) -> torch.Tensor:
-    r"""``Σ_j h λ_i t_j e^{−λ_i t_j} P[N_{H_i}(t_j) < n]`` for the prefixes ``i = 1..V`` (B, V).
+class NodeGrid(NamedTuple):
+    """The log-time grid of each row (:func:`node_grid`)."""
 
-    Each row has the numpy grid: ``t_j = t_lo e^{jh}`` up to ``t_hi = RIGHT_TAIL / λ_min``
+    #: ``q`` times each row's power of two (B, V).
+    rates: torch.Tensor
+    #: ``λ`` of every prefix ``i = 0..V`` times the same power of two (B, V + 1).
+    lam: torch.Tensor
+    #: ``log t_0`` of each row on the scaled clock (B,).
+    log_t0: torch.Tensor
+    #: The number of nodes of each row (B,), float.
+    nodes: torch.Tensor
+    #: The largest number of nodes over the rows.
+    total: int
+
+
+def node_grid(
+    q: torch.Tensor, suffix: torch.Tensor, live: torch.Tensor, n: int, h: float
+) -> NodeGrid:
+    """Each row's numpy grid: ``t_j = t_lo e^{jh}`` up to ``t_hi = RIGHT_TAIL / λ_min``
     (``λ_min`` the smallest mass outside a live prefix), the rates scaled up by a power of two
-    where ``t_hi`` would pass ``LARGEST_TIME`` (the products ``q t`` are unchanged).
-    """
-    rows, vocab = q.shape
+    where ``t_hi`` would pass ``LARGEST_TIME`` (the products ``q t`` are unchanged)."""
     t_lo = _left_time(n, h)
     lam_min = torch.where(live, suffix, math.inf).amin(dim=-1)
     log_t_hi = math.log(RIGHT_TAIL) - torch.log(lam_min)
     nodes = (torch.ceil((log_t_hi - math.log(t_lo)) / h) + 1).clamp(min=1)
     power = torch.ceil((log_t_hi - math.log(LARGEST_TIME)) / math.log(2.0)).clamp(min=0.0)
-    qs = q * torch.exp2(power)[:, None]
-    lam = suffix[:, 1:] * torch.exp2(power)[:, None]  # λ after each token joins
+    scale = torch.exp2(power)[:, None]
     log_t0 = math.log(t_lo) - power * math.log(2.0)
-    total = int(nodes.max())
+    return NodeGrid(q * scale, suffix * scale, log_t0, nodes, int(nodes.max()))
+
+
+def node_weights(lam_t: torch.Tensor, on: torch.Tensor, h: float) -> torch.Tensor:
+    """The trapezoid weights ``h λ t e^{−λ t}`` of the nodes ``on`` the grid, 0 elsewhere and
+    where ``λ t`` is 0 or at least 745 (the weight underflows; ``t`` may even be infinite)."""
+    weight = h * lam_t * torch.exp(-lam_t)
+    return torch.where((lam_t > 0) & (lam_t < 745.0) & on, weight, 0.0)
+
+
+def _integral_remaining(
+    q: torch.Tensor, suffix: torch.Tensor, live: torch.Tensor, n: int, h: float
+) -> torch.Tensor:
+    r"""``Σ_j h λ_i t_j e^{−λ_i t_j} P[N_{H_i}(t_j) < n]`` for the prefixes ``i = 1..V`` (B, V),
+    on each row's grid (:func:`node_grid`)."""
+    rows, vocab = q.shape
+    grid = node_grid(q, suffix, live, n, h)
+    qs, nodes, log_t0, total = grid.rates, grid.nodes, grid.log_t0, grid.total
+    lam = grid.lam[:, 1:]  # λ after each token joins
     remaining = torch.zeros(rows, vocab, dtype=q.dtype, device=q.device)
     step = max(1, _NODE_CHUNK // max(1, rows * vocab * n))
     index = torch.arange(total, dtype=q.dtype, device=q.device)
@@ -360,9 +395,7 @@ def _integral_remaining(
         stay = torch.exp(-rate)
         fire = -torch.expm1(-rate)
         below = _prefix_values(stay, fire, n - 1, cumulative=True)  # P[N_{H_i}(t_j) < n]
-        lam_t = lam[:, None, :stop] * t[:, :, None]
-        weight = h * lam_t * torch.exp(-lam_t)
-        weight = torch.where((lam_t > 0) & (lam_t < 745.0) & on[:, :, None], weight, 0.0)
+        weight = node_weights(lam[:, None, :stop] * t[:, :, None], on[:, :, None], h)
         remaining[:, :stop] += (weight * below).sum(dim=1)
     return remaining
 
@@ -400,6 +433,7 @@ def without_replacement_prefix_mass(
 
 def without_replacement_gap(p: torch.Tensor, q: torch.Tensor, n: int) -> torch.Tensor:
     """``min(0, min_i [p(H_i) − Q(H_i)])`` per row of validated ``p``, ``q`` (B, V), ``Q`` of
-    sequential sampling without replacement."""
+    sequential sampling without replacement at every prefix (the dense path: for ``n ≥ 3``
+    the default is :func:`otbound.drafts._torch_block_sweep.without_replacement_gap`)."""
     p_sorted, q_sorted = sweep_sorted(p, q)
     return _gap(p_sorted, without_replacement_prefix_mass(q_sorted, n))

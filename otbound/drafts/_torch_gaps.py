@@ -18,8 +18,8 @@ def without_replacement_torch_gap(
     self: DraftDesign, p: torch.Tensor, q: torch.Tensor, n: int
 ) -> torch.Tensor:
     """``α* − 1`` per row for sequential draws without replacement
-    (:func:`otbound.drafts._torch_distinct.without_replacement_gap`)."""
-    from otbound.drafts._torch_distinct import without_replacement_gap
+    (:func:`otbound.drafts._torch_block_sweep.without_replacement_gap`)."""
+    from otbound.drafts._torch_block_sweep import without_replacement_gap
 
     return without_replacement_gap(p, q, n)
 
