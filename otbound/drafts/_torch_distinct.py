@@ -157,18 +157,13 @@ def _products_before(blocks: torch.Tensor) -> torch.Tensor:
     return before
 
 
-def _prefix_values(
-    const: torch.Tensor, lin: torch.Tensor, degree: int, *, cumulative: bool
-) -> torch.Tensor:
-    r"""``[F_i]_d`` (or ``F_i(1) = Σ_{k ≤ d} [F_i]_k`` when ``cumulative``) for every prefix
-    ``i = 1..V`` of ``F_i = Π_{x ≤ i} (const_x + lin_x z) mod z^{d+1}``; shape (..., V).
-
-    The blocked scan of the module docstring: blocks of :data:`SCAN_BLOCK` tokens, the partial
-    products in every block at once (one step a token of the block), the products of the blocks
-    before each block by a doubling scan (:func:`_products_before`), ``Σ_j C_j G_{d−j}`` at each
-    prefix: some ``3 L + (d + 2) ⌈log2(V / L)⌉`` tensor operations whatever the batch and the
-    nodes (each a kernel launch on a GPU).
-    """
+def _block_partials(
+    const: torch.Tensor, lin: torch.Tensor, degree: int, *, partials: bool = True
+) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """The factors ``const_x + lin_x z`` (..., V) in blocks of :data:`SCAN_BLOCK` (the last
+    padded with ones): the partial products inside every block (..., K, L, d + 1; ``None``
+    without ``partials``) and the blocks' products (..., K, d + 1), one step a token of a
+    block (three operations each, one without ``partials``)."""
     *lead, vocab = const.shape
     block = min(SCAN_BLOCK, max(vocab, 1))
     blocks = -(-vocab // block)
@@ -180,14 +175,49 @@ def _prefix_values(
     b = lin.reshape(*lead, blocks, block)
     state = torch.zeros(*lead, blocks, degree + 1, dtype=const.dtype, device=const.device)
     state[..., 0] = 1.0
-    within = torch.empty(*lead, blocks, block, degree + 1, dtype=const.dtype, device=const.device)
+    shape = (*lead, blocks, block, degree + 1)
+    within = torch.empty(shape, dtype=const.dtype, device=const.device) if partials else None
     for i in range(block):
         state = add_token(state, a[..., i], b[..., i])
-        within[..., i, :] = state
-    carry = _products_before(state)
+        if within is not None:
+            within[..., i, :] = state
+    return within, state
+
+
+def full_product(const: torch.Tensor, lin: torch.Tensor, degree: int) -> torch.Tensor:
+    """``Π_x (const_x + lin_x z) mod z^{d+1}`` over the last axis (..., V) → (..., d + 1): the
+    blocks' products (:func:`_block_partials`), then their product by the doubling scan."""
+    _, blocks = _block_partials(const, lin, degree, partials=False)
+    return _poly_mul(_products_before(blocks)[..., -1, :], blocks[..., -1, :])
+
+
+def _prefix_values(
+    const: torch.Tensor,
+    lin: torch.Tensor,
+    degree: int,
+    *,
+    cumulative: bool,
+    start: torch.Tensor | None = None,
+) -> torch.Tensor:
+    r"""``[F_i]_d`` (or ``F_i(1) = Σ_{k ≤ d} [F_i]_k`` when ``cumulative``) for every prefix
+    ``i = 1..V`` of ``F_i = S Π_{x ≤ i} (const_x + lin_x z) mod z^{d+1}``; shape (..., V).
+    ``S`` is ``start`` (..., d + 1), or 1.
+
+    The blocked scan of the module docstring: blocks of :data:`SCAN_BLOCK` tokens, the partial
+    products in every block at once (one step a token of the block), the products of the blocks
+    before each block by a doubling scan (:func:`_products_before`), ``Σ_j C_j G_{d−j}`` at each
+    prefix: some ``3 L + (d + 2) ⌈log2(V / L)⌉`` tensor operations whatever the batch and the
+    nodes (each a kernel launch on a GPU).
+    """
+    vocab = const.shape[-1]
+    within, blocks = _block_partials(const, lin, degree)
+    assert within is not None
+    carry = _products_before(blocks)
+    if start is not None:
+        carry = _poly_mul(start.unsqueeze(-2), carry)
     inner = within.cumsum(dim=-1) if cumulative else within
     values = (carry.unsqueeze(-2) * inner.flip(-1)).sum(dim=-1)
-    return values.reshape(*lead, blocks * block)[..., :vocab]
+    return values.flatten(-2)[..., :vocab]
 
 
 # -- conditional Poisson --------------------------------------------------------------------------
