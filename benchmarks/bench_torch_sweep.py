@@ -73,6 +73,13 @@ def torch_parser(description: str, numpy_help: str, ns: str) -> argparse.Argumen
     parser.add_argument("--vocabs", default="8192,32000,151936")
     parser.add_argument("--ns", default=ns)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--chunk-elements",
+        type=int,
+        default=1 << 22,
+        help="rows a torch call takes at once, in entries (the API's default: 2^22; on a GPU "
+        "2^25 takes a batch of 1,024 steps at V = 32,000 in one chunk: fewer kernel launches)",
+    )
     return parser
 
 
@@ -85,12 +92,14 @@ class TorchRun:
     device: torch.device
     numpy_batch: int
     batch: int
+    chunk_elements: int
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> TorchRun:
         vocabs = [32_000] if args.quick else ints(args.vocabs)
         repeat = 1 if args.quick else args.repeat
-        return cls(vocabs, repeat, torch.device(args.device), args.numpy_batch, args.batch)
+        device = torch.device(args.device)
+        return cls(vocabs, repeat, device, args.numpy_batch, args.batch, args.chunk_elements)
 
     def sync(self) -> None:
         """Wait for the device's queued work (CUDA), so that a time covers it."""
@@ -133,8 +142,9 @@ def main() -> None:
     run = TorchRun.from_args(args)
     print(f"machine: {machine()}\n")
     print(
-        f"float64; torch on {run.device} in batches of {run.batch} steps, numpy (CPU) in "
-        f"batches of {run.numpy_batch}; max |torch − numpy| over the numpy rows\n"
+        f"float64; torch on {run.device} in batches of {run.batch} steps (chunks of "
+        f"{run.chunk_elements:,} entries), numpy (CPU) in batches of {run.numpy_batch}; "
+        "max |torch − numpy| over the numpy rows\n"
     )
     columns = f"numpy CPU steps/s | torch {run.device.type} steps/s | ratio | max diff"
     print(f"| design | V | n | {columns} |")
@@ -154,7 +164,7 @@ def main() -> None:
                         p_np, q_np, n=n, design=design
                     ),
                     lambda n=n, design=design: optimal_acceptance_torch(
-                        p_t, q_t, n=n, design=design
+                        p_t, q_t, n=n, design=design, chunk_elements=run.chunk_elements
                     ),
                 )
 

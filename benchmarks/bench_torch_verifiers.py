@@ -47,8 +47,9 @@ def main() -> None:
     run = TorchRun.from_args(args)
     print(f"machine: {machine()}\n")
     print(
-        f"float64; torch on {run.device} in batches of {run.batch} steps, numpy (CPU) one step "
-        f"at a time over {run.numpy_batch} steps; max |torch − numpy| over the numpy rows\n"
+        f"float64; torch on {run.device} in batches of {run.batch} steps (chunks of "
+        f"{run.chunk_elements:,} entries), numpy (CPU) one step at a time over "
+        f"{run.numpy_batch} steps; max |torch − numpy| over the numpy rows\n"
     )
     print(
         f"| verifier | V | n | numpy CPU steps/s | torch {run.device.type} steps/s | ratio "
@@ -67,7 +68,9 @@ def main() -> None:
                     vocab,
                     n,
                     lambda name=name, n=n: numpy_rows(name, rows, n),
-                    lambda name=name, n=n: verifier_acceptance_torch(name, p_t, q_t, n),
+                    lambda name=name, n=n: verifier_acceptance_torch(
+                        name, p_t, q_t, n, chunk_elements=run.chunk_elements
+                    ),
                 )
 
 
