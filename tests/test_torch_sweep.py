@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -585,3 +586,21 @@ def test_block_sweep_in_small_pieces(monkeypatch):
     pieces, _ = _block_and_dense(p, q, 4)
     assert np.max(np.abs(pieces - whole)) <= 1e-14
     assert np.max(np.abs(pieces - dense)) <= 1e-12
+
+
+def test_a_nan_in_the_sweep_raises(monkeypatch):
+    """A NaN a design's torch kernel gives is refused with the design, ``n`` and the row, as
+    the numpy sweep refuses it, never returned as a rate (``clamp`` keeps a NaN)."""
+
+    def broken(self, p, q, n):
+        gap = torch.zeros(p.shape[0], dtype=p.dtype)
+        gap[-1] = math.nan
+        return gap
+
+    design = ob.get_design("without_replacement")
+    monkeypatch.setattr(type(design), "torch_gap", broken)
+    p = np.full((3, 4), 0.25)
+    with pytest.raises(
+        ValueError, match="NaN in the torch sweep of design 'without_replacement', n=3, at row 2"
+    ):
+        optimal_acceptance_torch(p, p, n=3, design="without_replacement")

@@ -234,6 +234,13 @@ def optimal_acceptance_torch(
     for start in range(0, rows, step):
         part = slice(start, start + step)
         gap[part] = spec.torch_gap(p2[part].contiguous(), q2[part].contiguous(), n)
+    bad = torch.isnan(gap)
+    if bool(bad.any()):  # as the numpy sweep: a NaN is never returned as a rate
+        row = int(bad.nonzero()[0, 0])
+        raise ValueError(
+            f"NaN in the torch sweep of design {spec.name!r}, n={n}, at row {row}: "
+            "p(H) − Q(H) must be a number"
+        )
     return (1.0 + gap).clamp_(0.0, 1.0).reshape(batch)
 
 
