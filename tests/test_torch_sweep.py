@@ -413,9 +413,10 @@ def test_device_solver_serves_every_sampled_design():
     np.testing.assert_allclose(torch_rows.alpha_star, numpy_rows.alpha_star, rtol=0, atol=1e-9)
 
 
-def _sequential_prefix_values(const, lin, degree, cumulative):
-    """``_prefix_values`` one token after another in numpy (the product chained in order)."""
-    out = np.empty(const.shape)
+def _sequential_products(const, lin, degree):
+    """Every prefix's ``Π_{x ≤ i} (const_x + lin_x z) mod z^{d+1}`` (..., V, d + 1) in numpy,
+    one token after another."""
+    out = np.empty((*const.shape, degree + 1))
     for row in np.ndindex(const.shape[:-1]):
         poly = np.zeros(degree + 1)
         poly[0] = 1.0
@@ -423,8 +424,28 @@ def _sequential_prefix_values(const, lin, degree, cumulative):
             at = (*row, i)
             poly[1:] = poly[1:] * const[at] + poly[:-1] * lin[at]
             poly[0] *= const[at]
-            out[at] = poly.sum() if cumulative else poly[degree]
+            out[at] = poly
     return out
+
+
+def _sequential_prefix_values(const, lin, degree, cumulative):
+    """``_prefix_values`` one token after another in numpy (the product chained in order)."""
+    products = _sequential_products(const, lin, degree)
+    return products.sum(axis=-1) if cumulative else products[..., degree]
+
+
+@pytest.mark.parametrize("vocab", [1, 2, 3, 37, 256, 300])
+def test_full_product_is_the_product_token_by_token(vocab):
+    """The product tree (odd counts padded with an identity factor) gives the whole product's
+    every coefficient, degrees 0 to 7."""
+    from otbound.drafts._torch_distinct import full_product
+
+    rng = np.random.default_rng([61, vocab])
+    stay = rng.uniform(0.0, 1.0, (2, 3, vocab))
+    for degree in (0, 1, 2, 7):
+        got = full_product(torch.tensor(stay), torch.tensor(1.0 - stay), degree)
+        want = _sequential_products(stay, 1.0 - stay, degree)[..., -1, :]
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-13, atol=1e-300)
 
 
 @pytest.mark.parametrize("blocks", [1, 2, 3, 5, 8, 13])

@@ -185,10 +185,23 @@ def _block_partials(
 
 
 def full_product(const: torch.Tensor, lin: torch.Tensor, degree: int) -> torch.Tensor:
-    """``Π_x (const_x + lin_x z) mod z^{d+1}`` over the last axis (..., V) → (..., d + 1): the
-    blocks' products (:func:`_block_partials`), then their product by the doubling scan."""
-    _, blocks = _block_partials(const, lin, degree, partials=False)
-    return _poly_mul(_products_before(blocks)[..., -1, :], blocks[..., -1, :])
+    """``Π_x (const_x + lin_x z) mod z^{d+1}`` over the last axis (..., V) → (..., d + 1): a
+    product tree, the factors multiplied in pairs in ``⌈log2 V⌉`` rounds (one truncated
+    product each, at most ``d + 1`` operations), their coefficients growing to ``d + 1``."""
+    poly = torch.stack([const, lin], dim=-1)[..., : degree + 1]  # (..., V, 2)
+    while poly.shape[-2] > 1:
+        if poly.shape[-2] % 2:  # an identity factor evens the count
+            one = torch.zeros_like(poly[..., :1, :])
+            one[..., 0] = 1.0
+            poly = torch.cat([poly, one], dim=-2)
+        a, b = poly[..., 0::2, :], poly[..., 1::2, :]
+        width = min(2 * poly.shape[-1] - 1, degree + 1)
+        out = torch.zeros(*a.shape[:-1], width, dtype=poly.dtype, device=poly.device)
+        for j in range(min(a.shape[-1], width)):
+            top = min(width, j + b.shape[-1])
+            out[..., j:top].addcmul_(a[..., j : j + 1], b[..., : top - j])
+        poly = out
+    return torch.nn.functional.pad(poly[..., 0, :], (0, degree + 1 - poly.shape[-1]))
 
 
 def _prefix_values(
