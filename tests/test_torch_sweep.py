@@ -625,3 +625,25 @@ def test_a_nan_in_the_sweep_raises(monkeypatch):
         ValueError, match="NaN in the torch sweep of design 'without_replacement', n=3, at row 2"
     ):
         optimal_acceptance_torch(p, p, n=3, design="without_replacement")
+
+
+@pytest.mark.parametrize("design", SCANNED)
+def test_float32_rows_with_masses_below_the_normal_range(design):
+    """float32 rows whose other masses are 1e-30 to 1e-45 (subnormal or below float32's
+    normal range): the grid's largest node and the linear ``e_n`` floor follow the dtype, so
+    the rates are numpy's on the same (float32-rounded) rows to 1e-6 (before: 0.80 for 1.0,
+    0.012 for 0.83)."""
+    rng = np.random.default_rng(67)
+    for tiny in (1e-30, 1e-38, 1e-40, 1e-45):
+        q = np.full(40, tiny)
+        q[0] = 1.0
+        p32 = torch.tensor(rng.dirichlet(np.ones(40)), dtype=torch.float32)
+        q32 = torch.tensor(q / q.sum(), dtype=torch.float32)
+        for n in (2, 3, 4):
+            want = ob.optimal_acceptance(
+                p32.double().numpy(), q32.double().numpy(), n=n, design=design, normalize=True
+            )
+            got = optimal_acceptance_torch(
+                p32, q32, n=n, design=design, dtype=torch.float32, normalize=True
+            )
+            assert abs(float(got) - want) <= 1e-6, (tiny, n, float(got), want)

@@ -76,8 +76,27 @@ __all__ = [
 
 #: A token with ``q t`` above this has fired with probability ``1 − e^{−50}`` (``< 2e-22`` off).
 _CERTAIN = 50.0
-#: Rows with ``e_n(q)`` below this are recomputed with per-coefficient exponents.
+#: Rows with ``e_n(q)`` below this are recomputed with per-coefficient exponents (float64;
+#: other dtypes: :func:`_linear_floor`).
 _LINEAR_FLOOR = 2.0**-800
+
+
+def _linear_floor(dtype: torch.dtype) -> float:
+    """The least ``e_n(q)`` computed in linear arithmetic: ``2^-800`` in float64, 274 binades
+    above the smallest subnormal (an underflowed partial product drops less than it per
+    operation); in a narrower dtype as far above its smallest normal, ``2^40`` times it."""
+    if dtype == torch.float64:
+        return _LINEAR_FLOOR
+    return float(torch.finfo(dtype).tiny) * 2.0**40
+
+
+def _largest_time(dtype: torch.dtype) -> float:
+    """The largest node ``t`` of a grid: ``LARGEST_TIME`` (1e300) in float64; in a narrower
+    dtype ``2^-40`` of its largest finite value (float32: about 3e26), so that ``t`` and the
+    products ``λ t`` stay finite."""
+    return min(LARGEST_TIME, float(torch.finfo(dtype).max) * 2.0**-40)
+
+
 #: The exponent of a zero in the scaled form: far below any real one, finite (no NaN).
 _NEG = -(2.0**62)
 #: The node chunks of the integral hold about this many float64 entries.
@@ -326,7 +345,7 @@ def conditional_poisson_prefix_ratio(q_sorted: torch.Tensor, n: int) -> torch.Te
     esp = _prefix_values(ones, q_sorted, n, cumulative=False)
     whole = esp[:, -1:]
     ratio = esp / torch.where(whole > 0, whole, 1.0)
-    small = (whole < _LINEAR_FLOOR).squeeze(-1)
+    small = (whole < _linear_floor(q_sorted.dtype)).squeeze(-1)
     if bool(small.any()):
         m, x = _scaled_esp(q_sorted[small], n)
         shift = (x - x[:, -1:]).clamp(-2400.0, 300.0)
@@ -395,12 +414,14 @@ def node_grid(
 ) -> NodeGrid:
     """Each row's numpy grid: ``t_j = t_lo e^{jh}`` up to ``t_hi = RIGHT_TAIL / λ_min``
     (``λ_min`` the smallest mass outside a live prefix), the rates scaled up by a power of two
-    where ``t_hi`` would pass ``LARGEST_TIME`` (the products ``q t`` are unchanged)."""
+    where ``t_hi`` would pass the dtype's largest node (:func:`_largest_time`; the products
+    ``q t`` are unchanged)."""
     t_lo = _left_time(n, h)
     lam_min = torch.where(live, suffix, math.inf).amin(dim=-1)
     log_t_hi = math.log(RIGHT_TAIL) - torch.log(lam_min)
     nodes = (torch.ceil((log_t_hi - math.log(t_lo)) / h) + 1).clamp(min=1)
-    power = torch.ceil((log_t_hi - math.log(LARGEST_TIME)) / math.log(2.0)).clamp(min=0.0)
+    largest = _largest_time(q.dtype)
+    power = torch.ceil((log_t_hi - math.log(largest)) / math.log(2.0)).clamp(min=0.0)
     scale = torch.exp2(power)[:, None]
     log_t0 = math.log(t_lo) - power * math.log(2.0)
     return NodeGrid(q * scale, suffix * scale, log_t0, nodes, int(nodes.max()))
