@@ -647,3 +647,31 @@ def test_float32_rows_with_masses_below_the_normal_range(design):
                 p32, q32, n=n, design=design, dtype=torch.float32, normalize=True
             )
             assert abs(float(got) - want) <= 1e-6, (tiny, n, float(got), want)
+
+
+def test_block_sweep_groups_rows_by_their_grids(monkeypatch):
+    """A batch with one row whose grid reaches far (a mass of 1e-300: thousands of nodes) is
+    swept in groups of rows with about as many nodes, the far row alone at a small budget;
+    every grouping gives the dense path's gaps."""
+    from otbound.drafts import _torch_block_sweep as sweep
+
+    rng = np.random.default_rng(71)
+    p = _logits_rows(rng, 5, 600, "zipf")
+    q = _normalise(p**0.8 * rng.uniform(0.5, 1.5, p.shape))
+    q[2, 7] = 1e-300
+    q = _normalise(q)
+    groups: list[list[int]] = []
+    split = sweep._node_groups
+
+    def record(nodes, per_row, budget):
+        out = split(nodes, per_row, budget)
+        groups.append([len(g) for g in out])
+        return out
+
+    monkeypatch.setattr(sweep, "_node_groups", record)
+    whole, dense = _block_and_dense(p, q, 3)
+    assert np.max(np.abs(whole - dense)) <= 1e-12
+    monkeypatch.setattr(sweep, "CPU_GROUP", 5000)
+    small, _ = _block_and_dense(p, q, 3)
+    assert np.max(np.abs(small - dense)) <= 1e-12
+    assert groups[0] == [5] and len(groups[1]) >= 2 and groups[1][-1] == 1, groups

@@ -197,10 +197,14 @@ def optimal_acceptance_torch(
     Notes
     -----
     Cost per row: one sort, ``O(V log V)``, for ``iid``; ``O(V)`` (a ``topk`` of ``n``
-    values) for the closed forms; a sort and ``O(nV)`` in ``O(√V)`` sequential steps for
-    ``conditional_poisson``; ``O(nV)`` per integration node (about 150-300 nodes, fewer
-    tokens at the late ones) for ``without_replacement`` with ``n ≥ 3`` (``n ≤ 2``: closed
-    forms). Validation reads a few scalars back to the host.
+    values) for the closed forms; a sort and ``O(nV)`` for ``conditional_poisson``, in about
+    ``3 L + (n + 2) log2(V/L)`` tensor operations for a whole chunk of rows (``L = 64``; a
+    GPU's kernel launches); for ``without_replacement`` with ``n ≥ 3`` (``n ≤ 2``: closed
+    forms) a block sweep (:mod:`otbound.drafts._torch_block_sweep`): ``O(V R)`` power sums,
+    ``O(nodes · V/256 · n R)`` for the products of blocks of 256 tokens (about 150-300
+    nodes, ``R = 18``), then the tokens of the blocks not folded and of the few candidate
+    blocks. Validation reads a few scalars back to the host; ``chunk_elements`` larger than
+    the default (``2^25`` on a GPU) takes more rows per chunk, so fewer launches a row.
 
     Examples
     --------

@@ -53,6 +53,7 @@ from otbound.drafts._sequential_mass import (
 from otbound.drafts._sequential_sweep import CANDIDATE_SLACK
 from otbound.drafts._torch_distinct import (
     _CERTAIN,
+    NodeGrid,
     _gap,
     _left_time,
     _left_weight,
@@ -79,8 +80,18 @@ CPU_PIECE = 1 << 22
 DEVICE_PIECE = 1 << 25
 
 
+#: The rows swept together hold at most about this many (row, node, block, coefficient)
+#: entries in each of their block arrays (CPU; a GPU: the second).
+CPU_GROUP = 1 << 24
+DEVICE_GROUP = 1 << 27
+
+
 def _piece(device: torch.device) -> int:
     return CPU_PIECE if device.type == "cpu" else DEVICE_PIECE
+
+
+def _group_budget(device: torch.device) -> int:
+    return CPU_GROUP if device.type == "cpu" else DEVICE_GROUP
 
 
 def _block_power_sums(rates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -166,20 +177,24 @@ def _chord_lower(
     r"""Per block ``[s, e)`` (B, K): the least ``p(H_i) − \bar Q_i`` over the prefixes strictly
     inside, ``\bar Q_i = Q(H_s) + (Q(H_e) − Q(H_s)) m_i / M`` where ``0 < m_i < M`` (rounded
     up and down as :func:`otbound.drafts._sequential_level._inside_lower` rounds them, by the
-    dtype's half ulp), else ``Q(H_e)``; ``+inf`` for a block with nothing inside, ``−inf``
+    dtype's half ulp, and by ``2 ⌈log2(V + 1)⌉`` more for a device's parallel scan), else
+    ``Q(H_e)``; ``+inf`` for a block with nothing inside, ``−inf``
     where a value is NaN. ``mass`` holds ``Q`` at the block boundaries ``0, L, 2L, …, V``
     (B, K + 1)."""
     rows, length = cum_p.shape
     count = mass.shape[1] - 1
     half = torch.finfo(cum_p.dtype).eps / 2
+    # the suffix sums' rounding, whatever order a device's scan adds them in: (i − s) half
+    # ulps of suffix[s] as a sequential sum, plus 2 ⌈log2(V + 1)⌉ for a parallel one
+    tree = 2 * max(1, math.ceil(math.log2(length)))
     i = torch.arange(length, device=cum_p.device)
     block = (i // size).clamp(max=count - 1)
     start = block * size
     end = torch.clamp(start + size, max=length - 1)
     low, top = mass[:, block], mass[:, block + 1]
     base = suffix[:, start]
-    added = (base - suffix) * (1.0 + 4 * half) + (i - start) * half * base
-    span = (base - suffix[:, end]) * (1.0 - 4 * half) - (end - start) * half * base
+    added = (base - suffix) * (1.0 + 4 * half) + (i - start + tree) * half * base
+    span = (base - suffix[:, end]) * (1.0 - 4 * half) - (end - start + tree) * half * base
     use = (span > 0) & (added < span)
     chord = low + (top - low).clamp(min=0.0) * (added / torch.where(use, span, 1.0))
     value = cum_p - torch.where(use & (chord < top), chord, top)
@@ -210,24 +225,50 @@ def without_replacement_block_gap(
     if not bool(integrate.any()):
         return gap
     part = integrate.nonzero().squeeze(-1)
-    gap[part] = _block_sweep_gap(
-        cum_p[part], q_sorted[part], suffix[part], live[part], exact[part], n, h
-    )
+    grid = node_grid(q_sorted[part], suffix[part], live[part], n, h)
+    per_row = -(-q_sorted.shape[1] // min(SWEEP_BLOCK, q_sorted.shape[1])) * n
+    for group in _node_groups(grid.nodes, per_row, _group_budget(device)):
+        rows_of = part[group]
+        nodes = grid.nodes[group]
+        gap[rows_of] = _block_sweep_gap(
+            cum_p[rows_of], suffix[rows_of], live[rows_of], exact[rows_of],
+            NodeGrid(grid.rates[group], grid.lam[group], grid.log_t0[group], nodes,
+                     int(nodes.max())),
+            n, h,
+        )  # fmt: skip
     return gap
+
+
+def _node_groups(nodes: torch.Tensor, per_row: int, budget: int) -> list[torch.Tensor]:
+    """The rows (indices into ``nodes``) in groups of rows with about as many nodes: sorted by
+    their number of nodes, then cut where a group's rows times its largest number of nodes
+    times ``per_row`` (blocks times ``n``) would pass ``budget`` (a group holds one row at
+    least). A row whose grid reaches far (a mass near 1e-300 outside a prefix: thousands of
+    nodes) then costs only its own group that many nodes, and the (rows, nodes, blocks, n)
+    arrays stay within the budget."""
+    order = torch.argsort(nodes, stable=True)
+    counts = nodes[order].tolist()
+    groups = []
+    start = 0
+    for end in range(1, len(counts) + 1):
+        if end == len(counts) or (end + 1 - start) * counts[end] * per_row > budget:
+            groups.append(order[start:end])
+            start = end
+    return groups
 
 
 def _block_sweep_gap(
     cum_p: torch.Tensor,
-    q: torch.Tensor,
     suffix: torch.Tensor,
     live: torch.Tensor,
     exact: torch.Tensor,
+    grid: NodeGrid,
     n: int,
     h: float,
 ) -> torch.Tensor:
-    """:func:`without_replacement_block_gap` of rows with some live prefix."""
+    """:func:`without_replacement_block_gap` of rows with some live prefix, on their grid."""
+    q = grid.rates
     rows, vocab = q.shape
-    grid = node_grid(q, suffix, live, n, h)
     index = torch.arange(grid.total, dtype=q.dtype, device=q.device)
     on = index[None, :] < grid.nodes[:, None]  # (B, J)
     t = torch.where(on, torch.exp(grid.log_t0[:, None] + index[None, :] * h), 0.0)
@@ -280,13 +321,21 @@ def _inside_values(
 ) -> torch.Tensor:
     """The trapezoid sums ``Σ_j w_j P[N < n]`` at the prefixes of candidate blocks (C, L):
     each block's rates (C, L), its row's nodes ``t`` and ``on`` (C, J), the distribution at
-    the block's start (C, J, n) and ``λ`` of the prefixes its tokens end (C, L)."""
-    rate = rates[:, None, :] * t[:, :, None]  # (C, J, L)
+    the block's start (C, J, n) and ``λ`` of the prefixes its tokens end (C, L). Only the
+    (block, node) pairs on the grid whose start distribution is not zero are swept (past the
+    ``n``-th certain token a node adds nothing: on a row whose grid reaches far, most nodes)."""
+    count, size = rates.shape
+    alive = on & (state.sum(dim=-1) > 0)
+    block, node = alive.nonzero().unbind(-1)
+    t_pair = t[block, node][:, None]
+    rate = rates[block] * t_pair  # (P, L)
     below = _prefix_values(
-        torch.exp(-rate), -torch.expm1(-rate), state.shape[-1] - 1, cumulative=True, start=state
-    )
-    weights = node_weights(lam[:, None, :] * t[:, :, None], on[:, :, None], h)
-    return (weights * below).sum(dim=1)
+        torch.exp(-rate), -torch.expm1(-rate), state.shape[-1] - 1, cumulative=True,
+        start=state[block, node],
+    )  # fmt: skip
+    weights = node_weights(lam[block] * t_pair, torch.ones((), dtype=torch.bool), h)
+    sums = torch.zeros(count, size, dtype=rates.dtype, device=rates.device)
+    return sums.index_add_(0, block, weights * below)
 
 
 def without_replacement_gap(p: torch.Tensor, q: torch.Tensor, n: int) -> torch.Tensor:
