@@ -49,7 +49,10 @@ sixteen rows at ``V = 32,000``, ``n = 8``, against 28,000 now).
   with ``a_x = e^{−q_x t_j}``, ``b_x = 1 − e^{−q_x t_j}``, ``d = n − 1`` and
   ``P[N < n] = F_i(1)``: one scan per node, all nodes at once. A node stops at the prefix that
   holds ``n`` tokens with ``q_x t_j > 50`` (then ``P[N < n] ≤ n e^{−50} < 2e-21``); ``n ≤ 2``
-  use the numpy path's closed forms. Cost ``O(V · n · nodes)`` per row.
+  use the numpy path's closed forms. Cost ``O(V · n · nodes)`` per row: this dense path is the
+  reference; for ``n ≥ 3`` the default is the block sweep of
+  :mod:`otbound.drafts._torch_block_sweep`, which evaluates ``Q`` at block ends and inside the
+  few blocks that can hold the minimum.
 """
 
 from __future__ import annotations
