@@ -15,8 +15,9 @@ sweep order are cut into blocks of ``L = SWEEP_BLOCK`` (256) and, for ``n ≥ 3`
    ``σ_r = Σ_x (q_x / max_k q)^r``, which do not depend on the node: ``G_k = e^{−A}
    exp(Σ_{m<n} c_m z^m)`` with ``A = u σ_1`` and ``c_m = Σ_{r ≤ R} β[m, r] u^r σ_r``
    (``R = MOST_TERMS``, a truncation below ``SERIES_TOLERANCE``). Elsewhere the block's tokens
-   are multiplied one by one, unless ``n`` tokens before the block's end have ``q t > 50``
-   (then ``P[N < n] < n e^{−50}`` at every later prefix, as in the dense path: ``G_k = 0``).
+   are multiplied together (a product tree), unless ``n`` tokens before the block's end have
+   ``q t > 50`` (then ``P[N < n] < n e^{−50}`` at every later prefix, as in the dense path:
+   ``G_k = 0``).
 2. **Block ends.** A doubling scan of the ``G_k`` along the blocks
    (:func:`~otbound.drafts._torch_distinct._products_before`) gives the distribution at every
    block start; ``Q`` at every block end follows from the trapezoid sum over the nodes, and with
@@ -28,7 +29,10 @@ sweep order are cut into blocks of ``L = SWEEP_BLOCK`` (256) and, for ``n ≥ 3`
    :func:`otbound.drafts._sequential_level._inside_lower` rounds them). A block whose bound
    is not below ``g + CANDIDATE_SLACK`` cannot hold the minimum.
 4. **Inside the candidates.** From the stored distribution at the block's start, the block's
-   tokens one by one at every node, ``Q`` at every prefix inside.
+   tokens at every node where that distribution is not zero, ``Q`` at every prefix inside.
+
+The rows go in groups of rows with about as many nodes (:func:`_node_groups`), within a
+memory budget, so that a row whose grid reaches far does not set every row's nodes.
 
 The values are those of the dense path to the integral's error (below 1e-12): the same grid,
 weights and truncations, the power series exact to ``SERIES_TOLERANCE``. The work a row is
