@@ -64,9 +64,12 @@ from otbound.drafts._torch_distinct import (
     _poly_mul,
     _prefix_values,
     _products_before,
+    _with_empty,
+    decay,
     full_product,
     node_grid,
     node_weights,
+    prefix_layout,
     sweep_sorted,
     without_replacement_prefix_mass,
 )
@@ -126,8 +129,7 @@ def _series_products(
 def _token_products(rates: torch.Tensor, t: torch.Tensor, degree: int) -> torch.Tensor:
     """``Π_x (e^{−q_x t} + (1 − e^{−q_x t}) z) mod z^{d+1}`` of each row of ``rates`` (P, L) at
     its node ``t`` (P,): (P, d + 1) (:func:`~otbound.drafts._torch_distinct.full_product`)."""
-    rate = rates * t[:, None]
-    return full_product(torch.exp(-rate), -torch.expm1(-rate), degree)
+    return full_product(*decay(rates * t[:, None]), degree)
 
 
 def _block_products(
@@ -213,16 +215,10 @@ def without_replacement_block_gap(
 ) -> torch.Tensor:
     """``min(0, min_i [p(H_i) − Q(H_i)])`` per row (B,) for ``n ≥ 3`` sequential draws without
     replacement, the rows in sweep order (the module docstring's block sweep)."""
-    rows = q_sorted.shape[0]
-    dtype, device = q_sorted.dtype, q_sorted.device
-    zero = torch.zeros(rows, 1, dtype=dtype, device=device)
-    suffix = torch.cat([q_sorted.flip(-1).cumsum(-1).flip(-1), zero], dim=-1)
-    positives = torch.nn.functional.pad(torch.cumsum((q_sorted > 0).to(torch.int64), -1), (1, 0))
-    enough = positives >= n
-    live = enough & (suffix > 0)
-    exact = torch.where(enough, 1.0, 0.0).to(dtype)
-    cum_p = torch.nn.functional.pad(torch.cumsum(p_sorted, dim=-1), (1, 0))
-    gap = torch.zeros(rows, dtype=dtype, device=device)
+    rows, vocab = q_sorted.shape
+    suffix, _, live, exact = prefix_layout(q_sorted, n)
+    cum_p = _with_empty(torch.cumsum(p_sorted, dim=-1))
+    gap = torch.zeros(rows, dtype=q_sorted.dtype, device=q_sorted.device)
     integrate = live.any(dim=-1)
     if not bool(integrate.all()):  # no live prefix: Q is 0 or 1 at every one
         gap[~integrate] = (cum_p - exact)[~integrate].amin(dim=-1).clamp(max=0.0)
@@ -230,17 +226,19 @@ def without_replacement_block_gap(
         return gap
     part = integrate.nonzero().squeeze(-1)
     grid = node_grid(q_sorted[part], suffix[part], live[part], n, h)
-    per_row = -(-q_sorted.shape[1] // min(SWEEP_BLOCK, q_sorted.shape[1])) * n
-    for group in _node_groups(grid.nodes, per_row, _group_budget(device)):
-        rows_of = part[group]
-        nodes = grid.nodes[group]
-        gap[rows_of] = _block_sweep_gap(
-            cum_p[rows_of], suffix[rows_of], live[rows_of], exact[rows_of],
-            NodeGrid(grid.rates[group], grid.lam[group], grid.log_t0[group], nodes,
-                     int(nodes.max())),
-            n, h,
-        )  # fmt: skip
+    per_row = _block_shape(vocab)[1] * n
+    for group in _node_groups(grid.nodes, per_row, _group_budget(q_sorted.device)):
+        at = part[group]
+        gap[at] = _block_sweep_gap(
+            cum_p[at], suffix[at], live[at], exact[at], grid.of_rows(group), n, h
+        )
     return gap
+
+
+def _block_shape(vocab: int) -> tuple[int, int]:
+    """The block length and the number of blocks of a row of ``vocab`` tokens."""
+    size = min(SWEEP_BLOCK, vocab)
+    return size, -(-vocab // size)
 
 
 def _node_groups(nodes: torch.Tensor, per_row: int, budget: int) -> list[torch.Tensor]:
@@ -276,8 +274,7 @@ def _block_sweep_gap(
     index = torch.arange(grid.total, dtype=q.dtype, device=q.device)
     on = index[None, :] < grid.nodes[:, None]  # (B, J)
     t = torch.where(on, torch.exp(grid.log_t0[:, None] + index[None, :] * h), 0.0)
-    size = min(SWEEP_BLOCK, vocab)
-    count = -(-vocab // size)
+    size, count = _block_shape(vocab)
     blocks = torch.nn.functional.pad(grid.rates, (0, count * size - vocab)).reshape(
         rows, count, size
     )
@@ -332,9 +329,8 @@ def _inside_values(
     alive = on & (state.sum(dim=-1) > 0)
     block, node = alive.nonzero().unbind(-1)
     t_pair = t[block, node][:, None]
-    rate = rates[block] * t_pair  # (P, L)
     below = _prefix_values(
-        torch.exp(-rate), -torch.expm1(-rate), state.shape[-1] - 1, cumulative=True,
+        *decay(rates[block] * t_pair), state.shape[-1] - 1, cumulative=True,
         start=state[block, node],
     )  # fmt: skip
     weights = node_weights(lam[block] * t_pair, torch.ones((), dtype=torch.bool), h)

@@ -411,6 +411,13 @@ class NodeGrid(NamedTuple):
     #: The largest number of nodes over the rows.
     total: int
 
+    def of_rows(self, rows: torch.Tensor) -> NodeGrid:
+        """The grid of the rows ``rows`` (indices), ``total`` theirs."""
+        nodes = self.nodes[rows]
+        return NodeGrid(
+            self.rates[rows], self.lam[rows], self.log_t0[rows], nodes, int(nodes.max())
+        )
+
 
 def node_grid(
     q: torch.Tensor, suffix: torch.Tensor, live: torch.Tensor, n: int, h: float
@@ -459,12 +466,30 @@ def _integral_remaining(
         stop = int(torch.count_nonzero(certain < n, dim=-1).max()) + 1
         stop = min(stop, vocab)
         rate = rate[..., :stop]
-        stay = torch.exp(-rate)
-        fire = -torch.expm1(-rate)
-        below = _prefix_values(stay, fire, n - 1, cumulative=True)  # P[N_{H_i}(t_j) < n]
+        below = _prefix_values(*decay(rate), n - 1, cumulative=True)  # P[N_{H_i}(t_j) < n]
         weight = node_weights(lam[:, None, :stop] * t[:, :, None], on[:, :, None], h)
         remaining[:, :stop] += (weight * below).sum(dim=1)
     return remaining
+
+
+def prefix_layout(
+    q_sorted: torch.Tensor, n: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What both without-replacement sweeps know of every prefix ``i = 0..V`` (B, V + 1)
+    before any integral: the mass outside it (``suffix``), whether it holds ``n`` positive
+    masses (``enough``), whether it is *live* (enough and something outside) and the exact
+    ``Q`` of the others (1 with enough, else 0: ``exact``)."""
+    zero = torch.zeros(q_sorted.shape[0], 1, dtype=q_sorted.dtype, device=q_sorted.device)
+    suffix = torch.cat([q_sorted.flip(-1).cumsum(-1).flip(-1), zero], dim=-1)
+    enough = _with_empty(torch.cumsum((q_sorted > 0).to(torch.int64), dim=-1)) >= n
+    exact = torch.where(enough, 1.0, 0.0).to(q_sorted.dtype)
+    return suffix, enough, enough & (suffix > 0), exact
+
+
+def decay(rate: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(e^{−q t}, 1 − e^{−q t})`` of the rates ``q t``: a token's factor, each to full
+    precision."""
+    return torch.exp(-rate), -torch.expm1(-rate)
 
 
 def without_replacement_prefix_mass(
@@ -474,20 +499,14 @@ def without_replacement_prefix_mass(
     replacement: ``q(H)`` for ``n = 1``, the closed form for ``n = 2`` (rows where it is not
     finite are integrated), else ``1 − Q = Σ_j w_j P[N < n] + left`` (error below 1e-12)."""
     rows = q_sorted.shape[0]
-    zero = torch.zeros(rows, 1, dtype=q_sorted.dtype, device=q_sorted.device)
-    suffix = torch.cat([q_sorted.flip(-1).cumsum(-1).flip(-1), zero], dim=-1)
-    positives = _with_empty(torch.cumsum((q_sorted > 0).to(torch.int64), dim=-1))
-    enough = positives >= n
-    outside = suffix > 0
-    exact = torch.where(enough, 1.0, 0.0).to(q_sorted.dtype)
+    suffix, enough, live, exact = prefix_layout(q_sorted, n)
     integrate = torch.ones(rows, dtype=torch.bool, device=q_sorted.device)
     mass = exact.clone()
     if n <= 2:
         closed = _closed_form_mass(q_sorted, suffix, n)
-        closed = torch.where(enough, torch.where(outside, closed, 1.0), 0.0)
+        closed = torch.where(enough, torch.where(suffix > 0, closed, 1.0), 0.0)
         integrate = ~torch.isfinite(closed).all(dim=-1)
         mass = torch.where(integrate[:, None], mass, closed)
-    live = enough & outside
     integrate &= live.any(dim=-1)
     if bool(integrate.any()):
         part = integrate.nonzero().squeeze(-1)
