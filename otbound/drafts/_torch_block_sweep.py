@@ -58,7 +58,6 @@ from otbound.drafts._sequential_sweep import CANDIDATE_SLACK
 from otbound.drafts._torch_distinct import (
     _CERTAIN,
     NodeGrid,
-    _gap,
     _left_time,
     _left_weight,
     _poly_mul,
@@ -71,8 +70,8 @@ from otbound.drafts._torch_distinct import (
     node_weights,
     prefix_layout,
     sweep_sorted,
-    without_replacement_prefix_mass,
 )
+from otbound.drafts._torch_distinct import without_replacement_gap as dense_gap
 
 __all__ = ["without_replacement_block_gap", "without_replacement_gap"]
 
@@ -340,10 +339,9 @@ def _inside_values(
 
 def without_replacement_gap(p: torch.Tensor, q: torch.Tensor, n: int) -> torch.Tensor:
     """``min(0, min_i [p(H_i) − Q(H_i)])`` per row of validated ``p``, ``q`` (B, V) for ``n``
-    sequential draws without replacement: the closed forms of every prefix for ``n ≤ 2``
-    (:func:`otbound.drafts._torch_distinct.without_replacement_prefix_mass`), the block sweep
-    for ``n ≥ 3`` (:func:`without_replacement_block_gap`)."""
-    p_sorted, q_sorted = sweep_sorted(p, q)
+    sequential draws without replacement: the closed forms of every prefix for ``n ≤ 2`` (the
+    dense path, :func:`otbound.drafts._torch_distinct.without_replacement_gap`), the block
+    sweep for ``n ≥ 3`` (:func:`without_replacement_block_gap`)."""
     if n <= 2:
-        return _gap(p_sorted, without_replacement_prefix_mass(q_sorted, n))
-    return without_replacement_block_gap(p_sorted, q_sorted, n)
+        return dense_gap(p, q, n)
+    return without_replacement_block_gap(*sweep_sorted(p, q), n)
