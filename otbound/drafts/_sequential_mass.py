@@ -306,28 +306,47 @@ def _series_table(top: int, terms: int) -> np.ndarray:
 @numba.njit(cache=True)
 def _group_power_sums(masses, largest, out, ratio, power):  # pragma: no cover - compiled
     r"""``out[r − 1] = Σ_x (m_x / largest)^r`` for ``r = 1..len(out)`` (the masses at most
-    ``largest``), one pass over the masses per ``r`` with four running sums (vectorised);
-    ``ratio`` and ``power`` are work arrays at least as long as ``masses``."""
+    ``largest``), one pass over the masses per two powers ``r``, ``r + 1``, with four running
+    sums of each (vectorised); ``ratio`` and ``power`` are work arrays at least as long as
+    ``masses``.
+
+    Each power is the one before times the ratio, as one pass per power took it (the same
+    bits: the same products and the same sums in the same order), with half the passes over
+    ``power``."""
     count = masses.shape[0]
     for k in range(count):
         ratio[k] = masses[k] / largest
         power[k] = ratio[k]
     whole = count - count % 4
-    for r in range(out.shape[0]):
-        a0 = a1 = a2 = a3 = 0.0
+    terms = out.shape[0]
+    for r in range(0, terms, 2):
+        a0 = a1 = a2 = a3 = 0.0  # Σ ratio^(r+1)
+        b0 = b1 = b2 = b3 = 0.0  # Σ ratio^(r+2)
         for k in range(0, whole, 4):
-            a0 += power[k]
-            a1 += power[k + 1]
-            a2 += power[k + 2]
-            a3 += power[k + 3]
-            power[k] *= ratio[k]
-            power[k + 1] *= ratio[k + 1]
-            power[k + 2] *= ratio[k + 2]
-            power[k + 3] *= ratio[k + 3]
+            x0, x1, x2, x3 = power[k], power[k + 1], power[k + 2], power[k + 3]
+            y0, y1 = x0 * ratio[k], x1 * ratio[k + 1]
+            y2, y3 = x2 * ratio[k + 2], x3 * ratio[k + 3]
+            a0 += x0
+            a1 += x1
+            a2 += x2
+            a3 += x3
+            b0 += y0
+            b1 += y1
+            b2 += y2
+            b3 += y3
+            power[k] = y0 * ratio[k]
+            power[k + 1] = y1 * ratio[k + 1]
+            power[k + 2] = y2 * ratio[k + 2]
+            power[k + 3] = y3 * ratio[k + 3]
         for k in range(whole, count):
-            a0 += power[k]
-            power[k] *= ratio[k]
+            x0 = power[k]
+            y0 = x0 * ratio[k]
+            a0 += x0
+            b0 += y0
+            power[k] = y0 * ratio[k]
         out[r] = (a0 + a1) + (a2 + a3)
+        if r + 1 < terms:
+            out[r + 1] = (b0 + b1) + (b2 + b3)
 
 
 @numba.njit(cache=True)
@@ -339,17 +358,33 @@ def _fold_limits(t_lo, h, num_nodes):  # pragma: no cover - compiled
     return limits
 
 
+#: ``log2(1 + (k + 1/2) / 64)``: the mantissa's part of ``log2 x`` for a float ``x`` whose top
+#: six mantissa bits are ``k``, to within ``log2(1 + 1/128) < 0.012``.
+_LOG2_MANTISSA = np.log2(1.0 + (np.arange(64) + 0.5) / 64.0)
+#: The bits of a float64 above its top six mantissa bits: sign, exponent, those six.
+_TOP_BITS = np.uint64(52 - 6)
+_SIX_BITS = np.uint64(6)
+_LAST_SIX = np.uint64(63)
+_LN2 = math.log(2.0)
+
+
 @numba.njit(cache=True, inline="always")
-def _fold_class(value, limits, first_log, h):  # pragma: no cover - compiled
+def _fold_class(value, word, limits, first_log, h):  # pragma: no cover - compiled
     """The number of nodes at which a mass is folded: the ``c`` with ``value ≤ limits[j]``
-    exactly for ``j < c`` (``limits`` falls by ``e^{−h}`` a node); a logarithm guesses it and
-    the comparisons settle it."""
+    exactly for ``j < c`` (``limits`` falls by ``e^{−h}`` a node).
+
+    ``word`` is ``value``'s IEEE-754 bits: its exponent and top six mantissa bits give
+    ``log value`` to within 0.008 (:data:`_LOG2_MANTISSA`; no ``log`` call), which guesses
+    ``c``, and the comparisons settle it (from any guess: the answer is the comparisons')."""
     nodes = limits.shape[0]
     if value <= limits[nodes - 1]:
         return nodes
     if value > limits[0]:
         return 0
-    guess = int((first_log - math.log(value)) / h) + 1
+    top = word >> _TOP_BITS  # a positive value: exponent and six mantissa bits
+    exponent = np.int64(top >> _SIX_BITS) - 1023
+    log_value = (exponent + _LOG2_MANTISSA[np.int64(top & _LAST_SIX)]) * _LN2
+    guess = int((first_log - log_value) / h) + 1
     c = min(max(guess, 1), nodes - 1)
     while c < nodes and value <= limits[c]:
         c += 1
@@ -381,13 +416,14 @@ def _segment_power_sums(
     rather than fresh pages.
     """
     first_log = math.log(limits[0])
+    words = vals.view(np.uint64)  # the masses' bits, for their classes
     classes = work[0].view(np.int64)
     for w in numba.prange(bounds.shape[0] - 1):
         for at in range(bounds[w], bounds[w + 1]):
             s = schedule[at]
             start, stop = edges[s], edges[s + 1]
             _one_segment_sums(
-                vals, start, stop, rows[s], limits, first_log, h, layout, sigma, fold_end,
+                vals, words, start, stop, rows[s], limits, first_log, h, layout, sigma, fold_end,
                 largest, classes[start:stop], work[1, start:stop], work[2, start:stop],
             )  # fmt: skip
 
@@ -395,6 +431,7 @@ def _segment_power_sums(
 @numba.njit(cache=True, inline="always")
 def _one_segment_sums(
     vals,
+    words,
     start,
     stop,
     block,
@@ -416,7 +453,7 @@ def _one_segment_sums(
     length = stop - start
     count = np.zeros(nodes + 1, dtype=np.int64)
     for i in range(length):
-        c = _fold_class(vals[start + i], limits, first_log, h)
+        c = _fold_class(vals[start + i], words[start + i], limits, first_log, h)
         classes[i] = c
         count[c] += 1
     # class c at [begin[c], begin[c] + count[c]); node j folds [0, begin[j])
