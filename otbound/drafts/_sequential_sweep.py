@@ -72,9 +72,8 @@ __all__ = [
 
 #: Each refinement cuts a segment into this many.
 REFINE = 8
-#: The first level has at least this many segments (its length is a power of ``REFINE``);
-#: 12 since the chord of ``Q`` (24 before: the deeper levels now keep few segments).
-TOP_SEGMENTS = 12
+#: The first level cuts the tokens swept inside into this many segments (:func:`first_length`).
+TOP_SEGMENTS = 16
 #: Slack on the candidate test: a block is refined unless its lower bound exceeds the best
 #: value found by more than the integration error.
 CANDIDATE_SLACK = 1e-13
@@ -356,12 +355,15 @@ def _grid(smallest, t_lo, h):  # type: ignore[no-untyped-def]  # pragma: no cove
 
 @numba.njit(cache=True)
 def first_length(tokens):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
-    """The first level's segment length for ``tokens`` swept inside: the largest power of
-    ``REFINE`` that still leaves at least ``TOP_SEGMENTS`` segments (1 for few tokens)."""
-    length = 1
-    while tokens // (length * REFINE) >= TOP_SEGMENTS:
-        length *= REFINE
-    return length
+    """The first level's segment length for ``tokens`` swept inside: ``⌈tokens /
+    TOP_SEGMENTS⌉`` (at least 1), so ``TOP_SEGMENTS`` segments (fewer for few tokens).
+
+    Any length will do for the values (a refinement cuts a segment into ``REFINE`` pieces of
+    ``⌈length / REFINE⌉`` tokens). It was the largest power of ``REFINE`` leaving at least 12
+    segments, which left 12 to 95: a row with 5,500 tokens inside got 87 segments of 64
+    tokens, each folded at every node, and took 40 % longer than one with 7,600 tokens
+    (15 segments of 512); ``benchmarks/bench_without_replacement.py`` measures the change."""
+    return max(1, -(-tokens // TOP_SEGMENTS))
 
 
 @numba.njit(cache=True)
