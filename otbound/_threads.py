@@ -7,6 +7,16 @@ on a 2-core virtual Xeon, ``benchmarks/bench_without_replacement.py``), more tha
 call's whole work. Such calls run on this thread alone (the caller compares its work with
 :data:`SERIAL_WORK`); the kernels give the same bits on any number of threads, so only the
 time changes.
+
+numba's threading layer starts at the first parallel call or ``numba.get_num_threads()``.
+A compiled function loaded from numba's on-disk cache that calls a parallel kernel inside
+(``bucketed_row`` through the without-replacement levels, say) does not start it, and
+crashes the interpreter when it is the process's first compiled call (numba issue 8578;
+seen here with numba 0.68: ``bucketed_row`` called straight from a fresh process). Every
+Python entry point into such a kernel passes ``numba.get_num_threads()`` (or calls a
+parallel kernel) first; a script that calls a compiled kernel directly must do the same.
+Starting the layer when this module is imported would cost 20 ms at every import and
+start OpenMP's threads before the main job forks its workers.
 """
 
 from __future__ import annotations
