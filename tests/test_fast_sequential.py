@@ -1185,6 +1185,7 @@ def test_the_bucket_helpers_refuse_what_they_cannot_handle():
 
 
 from otbound.drafts._sequential_mass import (  # noqa: E402
+    _bits_log,
     _fold_class,
     _fold_limits,
     _group_power_sums,
@@ -1205,9 +1206,9 @@ def _classes(values, limits, h):  # type: ignore[no-untyped-def]  # pragma: no c
 @pytest.mark.parametrize(("t_lo", "nodes"), [(1e-3, 80), (3.7, 1), (2.0**-30, 300), (1e-2, 2)])
 def test_the_fold_class_is_the_count_of_limits_at_or_above_the_mass(t_lo, nodes):
     """A mass's class (the nodes that fold it) is the number of ``limits[j] ≥ value``, for
-    masses on and one ulp either side of every limit, powers of two (mantissa bits zero),
-    subnormals, zero and random masses over 600 orders of magnitude: the guess from the bits
-    never changes the answer."""
+    masses on and one ulp either side of every limit, every power of two (mantissa bits
+    zero), subnormals, zero, the largest float and random masses over 630 orders of
+    magnitude: the guess from the bits never changes the answer."""
     h = 0.2
     limits = _fold_limits(t_lo, h, nodes)
     rng = np.random.default_rng(nodes)
@@ -1216,26 +1217,68 @@ def test_the_fold_class_is_the_count_of_limits_at_or_above_the_mass(t_lo, nodes)
             limits,
             np.nextafter(limits, np.inf),
             np.nextafter(limits, 0.0),
-            2.0 ** np.arange(-1074, 4, dtype=np.float64),
-            [0.0, 5e-324, 1e-310, 1.0, 0.05, 1e300],
-            10.0 ** rng.uniform(-320, 3, 20_000),
+            2.0 ** np.arange(-1074, 1024, dtype=np.float64),
+            [0.0, 5e-324, 1e-310, 1.0, 0.05, 1e300, np.finfo(np.float64).max],
+            10.0 ** rng.uniform(-323, 308, 20_000),
         ]
     )
     want = np.sum(values[:, None] <= limits[None, :], axis=1)
     assert np.array_equal(_classes(values, limits, h), want)
 
 
+@numba.njit(cache=True)
+def _bits_logs(values):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """:func:`_bits_log` of every value (its bits from a view)."""
+    words = values.view(np.uint64)
+    out = np.empty(values.shape[0])
+    for i in range(values.shape[0]):
+        out[i] = _bits_log(words[i])
+    return out
+
+
+def test_the_log_from_the_bits_is_within_its_bound():
+    """The guess of a class (its speed, not its answer) rests on ``log x`` from the exponent
+    and six mantissa bits being within 0.008 of ``log x`` for every normal float: each
+    power of two, the float below it, and random values over the normal range."""
+    rng = np.random.default_rng(11)
+    powers = 2.0 ** np.arange(-1022, 1024, dtype=np.float64)
+    values = np.concatenate(
+        [powers, np.nextafter(powers, 0.0)[1:], 10.0 ** rng.uniform(-307, 308, 50_000)]
+    )
+    error = np.abs(_bits_logs(values) - np.log(values))
+    assert error.max() < 0.008
+
+
+def _one_power_a_pass(masses: np.ndarray, largest: float, terms: int) -> np.ndarray:
+    """The power sums as the kernel took them before it paired the powers: one pass over the
+    masses a power, four running sums (the same products, the same additions)."""
+    ratio = masses / largest
+    power = ratio.copy()
+    whole = len(masses) - len(masses) % 4
+    out = np.empty(terms)
+    for r in range(terms):
+        sums = [0.0, 0.0, 0.0, 0.0]
+        for k in range(len(masses)):
+            lane = k % 4 if k < whole else 0
+            sums[lane] += power[k]
+            power[k] *= ratio[k]
+        out[r] = (sums[0] + sums[1]) + (sums[2] + sums[3])
+    return out
+
+
 @pytest.mark.parametrize("count", [0, 1, 3, 4, 5, 7, 8, 9, 1000, 1003])
 @pytest.mark.parametrize("terms", [1, 2, 17, 18])
 def test_group_power_sums_are_the_sums_of_the_powers(count, terms):
     """``Σ (m_x / largest)^r`` for ``r = 1..terms``: every remainder of the four-wide loop
-    and an odd number of powers (the last pass's second power unused), against numpy's
-    powers summed exactly (``math.fsum``) to a relative 1e-15 times the count."""
+    and an odd number of powers (the last pass's second power unused), bit for bit those of
+    one pass a power, and against numpy's powers summed exactly (``math.fsum``) to a
+    relative 1e-15 times the count."""
     rng = np.random.default_rng(count * 31 + terms)
     masses = rng.uniform(0.0, 1.0, count) ** 3
     largest = float(masses.max()) if count else 1.0
     out = np.full(terms, np.nan)
     _group_power_sums(masses, largest, out, np.empty(count), np.empty(count))
+    assert np.array_equal(out, _one_power_a_pass(masses, largest, terms))
     for r in range(1, terms + 1):
         want = math.fsum((masses / largest) ** r)
         assert out[r - 1] == pytest.approx(want, rel=1e-15 * max(count, 1), abs=1e-300)

@@ -369,22 +369,27 @@ _LN2 = math.log(2.0)
 
 
 @numba.njit(cache=True, inline="always")
+def _bits_log(word):  # pragma: no cover - compiled
+    """``log x`` of a positive normal float64 ``x`` from its IEEE-754 bits ``word``, to within
+    0.008: its exponent and top six mantissa bits (:data:`_LOG2_MANTISSA`), no ``log`` call."""
+    top = word >> _TOP_BITS  # sign (0), exponent and six mantissa bits
+    exponent = np.int64(top >> _SIX_BITS) - 1023
+    return (exponent + _LOG2_MANTISSA[np.int64(top & _LAST_SIX)]) * _LN2
+
+
+@numba.njit(cache=True, inline="always")
 def _fold_class(value, word, limits, first_log, h):  # pragma: no cover - compiled
     """The number of nodes at which a mass is folded: the ``c`` with ``value ≤ limits[j]``
     exactly for ``j < c`` (``limits`` falls by ``e^{−h}`` a node).
 
-    ``word`` is ``value``'s IEEE-754 bits: its exponent and top six mantissa bits give
-    ``log value`` to within 0.008 (:data:`_LOG2_MANTISSA`; no ``log`` call), which guesses
-    ``c``, and the comparisons settle it (from any guess: the answer is the comparisons')."""
+    ``word`` is ``value``'s IEEE-754 bits: :func:`_bits_log` guesses ``c``, and the
+    comparisons settle it (from any guess: the answer is the comparisons')."""
     nodes = limits.shape[0]
     if value <= limits[nodes - 1]:
         return nodes
     if value > limits[0]:
         return 0
-    top = word >> _TOP_BITS  # a positive value: exponent and six mantissa bits
-    exponent = np.int64(top >> _SIX_BITS) - 1023
-    log_value = (exponent + _LOG2_MANTISSA[np.int64(top & _LAST_SIX)]) * _LN2
-    guess = int((first_log - log_value) / h) + 1
+    guess = int((first_log - _bits_log(word)) / h) + 1
     c = min(max(guess, 1), nodes - 1)
     while c < nodes and value <= limits[c]:
         c += 1

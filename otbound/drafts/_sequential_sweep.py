@@ -356,7 +356,8 @@ def _grid(smallest, t_lo, h):  # type: ignore[no-untyped-def]  # pragma: no cove
 @numba.njit(cache=True)
 def first_length(tokens):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     """The first level's segment length for ``tokens`` swept inside: ``⌈tokens /
-    TOP_SEGMENTS⌉`` (at least 1), so ``TOP_SEGMENTS`` segments (fewer for few tokens).
+    TOP_SEGMENTS⌉`` (at least 1), so ``TOP_SEGMENTS`` segments of a run of ``tokens`` (9 to
+    15 below 240 tokens, where the length rounds up by much; ``tokens`` up to 16).
 
     Any length will do for the values (a refinement cuts a segment into ``REFINE`` pieces of
     ``⌈length / REFINE⌉`` tokens). It was the largest power of ``REFINE`` leaving at least 12
