@@ -44,6 +44,7 @@ import torch
 
 from otbound._checks import as_num_drafts, batch_shape, check_rows, check_same_vocabulary
 from otbound.bounds.solvers import Solver
+from otbound.bounds.sweep import _refuse_nan
 from otbound.drafts import DESIGNS, DraftDesign, designs_where, get_design
 
 #: Designs this module computes (those whose ``torch_sweep`` is true), in registry order.
@@ -238,13 +239,8 @@ def optimal_acceptance_torch(
     for start in range(0, rows, step):
         part = slice(start, start + step)
         gap[part] = spec.torch_gap(p2[part].contiguous(), q2[part].contiguous(), n)
-    bad = torch.isnan(gap)
-    if bool(bad.any()):  # as the numpy sweep: a NaN is never returned as a rate
-        row = int(bad.nonzero()[0, 0])
-        raise ValueError(
-            f"NaN in the torch sweep of design {spec.name!r}, n={n}, at row {row}: "
-            "p(H) − Q(H) must be a number"
-        )
+    if bool(torch.isnan(gap).any()):  # as the numpy sweep: a NaN is never returned as a rate
+        _refuse_nan(gap.cpu().numpy(), spec, n, "torch sweep", 0)
     return (1.0 + gap).clamp_(0.0, 1.0).reshape(batch)
 
 

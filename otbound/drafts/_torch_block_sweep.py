@@ -66,6 +66,7 @@ from otbound.drafts._torch_distinct import (
     _with_empty,
     decay,
     full_product,
+    least_gap,
     node_grid,
     node_weights,
     prefix_layout,
@@ -215,12 +216,12 @@ def without_replacement_block_gap(
     """``min(0, min_i [p(H_i) − Q(H_i)])`` per row (B,) for ``n ≥ 3`` sequential draws without
     replacement, the rows in sweep order (the module docstring's block sweep)."""
     rows, vocab = q_sorted.shape
-    suffix, _, live, exact = prefix_layout(q_sorted, n)
+    suffix, live, exact = prefix_layout(q_sorted, n)
     cum_p = _with_empty(torch.cumsum(p_sorted, dim=-1))
     gap = torch.zeros(rows, dtype=q_sorted.dtype, device=q_sorted.device)
     integrate = live.any(dim=-1)
     if not bool(integrate.all()):  # no live prefix: Q is 0 or 1 at every one
-        gap[~integrate] = (cum_p - exact)[~integrate].amin(dim=-1).clamp(max=0.0)
+        gap[~integrate] = least_gap(cum_p[~integrate], exact[~integrate])
     if not bool(integrate.any()):
         return gap
     part = integrate.nonzero().squeeze(-1)
@@ -288,7 +289,7 @@ def _block_sweep_gap(
     remaining = (weights * below_end).sum(dim=1)
     mass_end = torch.where(live[:, ends], 1.0 - (remaining + left_end), exact[:, ends])
     boundary = torch.cat([exact[:, :1], mass_end.clamp(0.0, 1.0)], dim=-1)
-    gap = (cum_p[:, ends] - boundary[:, 1:]).amin(dim=-1).clamp(max=0.0)
+    gap = least_gap(cum_p[:, ends], boundary[:, 1:])
     lower = _chord_lower(cum_p, suffix, boundary, size)
     # the slack: the integral's error, or (float32) the rounding of the values
     slack = max(CANDIDATE_SLACK, 64 * torch.finfo(q.dtype).eps)

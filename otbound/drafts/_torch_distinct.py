@@ -132,10 +132,15 @@ def _with_empty(x: torch.Tensor, first: float = 0.0) -> torch.Tensor:
     return torch.nn.functional.pad(x, (1, 0), value=first)
 
 
-def _gap(p_sorted: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
-    """``min(0, min_i [p(H_i) − Q(H_i)])`` per row from ``Q`` of every prefix (B, V + 1)."""
-    cum_p = _with_empty(torch.cumsum(p_sorted, dim=-1))
+def least_gap(cum_p: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
+    """``min(0, min_i [p(H_i) − Q(H_i)])`` per row from ``p`` and ``Q`` (clipped into
+    ``[0, 1]``) of the same prefixes (B, ...)."""
     return (cum_p - mass.clamp(0.0, 1.0)).amin(dim=-1).clamp(max=0.0)
+
+
+def _gap(p_sorted: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
+    """:func:`least_gap` from ``Q`` of every prefix (B, V + 1)."""
+    return least_gap(_with_empty(torch.cumsum(p_sorted, dim=-1)), mass)
 
 
 # -- the blocked scan of degree-one factors -------------------------------------------------------
@@ -180,12 +185,11 @@ def _products_before(blocks: torch.Tensor) -> torch.Tensor:
 
 
 def _block_partials(
-    const: torch.Tensor, lin: torch.Tensor, degree: int, *, partials: bool = True
-) -> tuple[torch.Tensor | None, torch.Tensor]:
+    const: torch.Tensor, lin: torch.Tensor, degree: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The factors ``const_x + lin_x z`` (..., V) in blocks of :data:`SCAN_BLOCK` (the last
-    padded with ones): the partial products inside every block (..., K, L, d + 1; ``None``
-    without ``partials``) and the blocks' products (..., K, d + 1), one step a token of a
-    block (three operations each, one without ``partials``)."""
+    padded with ones): the partial products inside every block (..., K, L, d + 1) and the
+    blocks' products (..., K, d + 1), one step a token of a block (three operations each)."""
     *lead, vocab = const.shape
     block = min(SCAN_BLOCK, max(vocab, 1))
     blocks = -(-vocab // block)
@@ -197,12 +201,10 @@ def _block_partials(
     b = lin.reshape(*lead, blocks, block)
     state = torch.zeros(*lead, blocks, degree + 1, dtype=const.dtype, device=const.device)
     state[..., 0] = 1.0
-    shape = (*lead, blocks, block, degree + 1)
-    within = torch.empty(shape, dtype=const.dtype, device=const.device) if partials else None
+    within = torch.empty(*lead, blocks, block, degree + 1, dtype=const.dtype, device=const.device)
     for i in range(block):
         state = add_token(state, a[..., i], b[..., i])
-        if within is not None:
-            within[..., i, :] = state
+        within[..., i, :] = state
     return within, state
 
 
@@ -246,7 +248,6 @@ def _prefix_values(
     """
     vocab = const.shape[-1]
     within, blocks = _block_partials(const, lin, degree)
-    assert within is not None
     carry = _products_before(blocks)
     if start is not None:
         carry = _poly_mul(start.unsqueeze(-2), carry)
@@ -474,16 +475,16 @@ def _integral_remaining(
 
 def prefix_layout(
     q_sorted: torch.Tensor, n: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """What both without-replacement sweeps know of every prefix ``i = 0..V`` (B, V + 1)
-    before any integral: the mass outside it (``suffix``), whether it holds ``n`` positive
-    masses (``enough``), whether it is *live* (enough and something outside) and the exact
-    ``Q`` of the others (1 with enough, else 0: ``exact``)."""
+    before any integral: the mass outside it (``suffix``), whether it is *live* (``n``
+    positive masses and something outside) and the exact ``Q`` of the others (1 where it
+    holds ``n`` positive masses, else 0: ``exact``)."""
     zero = torch.zeros(q_sorted.shape[0], 1, dtype=q_sorted.dtype, device=q_sorted.device)
     suffix = torch.cat([q_sorted.flip(-1).cumsum(-1).flip(-1), zero], dim=-1)
     enough = _with_empty(torch.cumsum((q_sorted > 0).to(torch.int64), dim=-1)) >= n
     exact = torch.where(enough, 1.0, 0.0).to(q_sorted.dtype)
-    return suffix, enough, enough & (suffix > 0), exact
+    return suffix, enough & (suffix > 0), exact
 
 
 def decay(rate: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -499,12 +500,12 @@ def without_replacement_prefix_mass(
     replacement: ``q(H)`` for ``n = 1``, the closed form for ``n = 2`` (rows where it is not
     finite are integrated), else ``1 − Q = Σ_j w_j P[N < n] + left`` (error below 1e-12)."""
     rows = q_sorted.shape[0]
-    suffix, enough, live, exact = prefix_layout(q_sorted, n)
+    suffix, live, exact = prefix_layout(q_sorted, n)
     integrate = torch.ones(rows, dtype=torch.bool, device=q_sorted.device)
     mass = exact.clone()
     if n <= 2:
         closed = _closed_form_mass(q_sorted, suffix, n)
-        closed = torch.where(enough, torch.where(suffix > 0, closed, 1.0), 0.0)
+        closed = torch.where(live, closed, exact)
         integrate = ~torch.isfinite(closed).all(dim=-1)
         mass = torch.where(integrate[:, None], mass, closed)
     integrate &= live.any(dim=-1)
