@@ -50,8 +50,9 @@ from otbound.drafts import DESIGNS, DraftDesign, designs_where, get_design
 #: Designs this module computes (those whose ``torch_sweep`` is true), in registry order.
 TORCH_DESIGNS: tuple[str, ...] = designs_where("torch_sweep")
 
-#: Rows are swept in chunks of about this many entries, so that the temporaries of the sort
-#: (a few float64/int64 copies of the chunk) stay within a few hundred MB.
+#: Rows are swept (and :mod:`otbound.verifiers.torch_acceptance` takes its rows) in chunks of
+#: about this many entries, so that the temporaries of the sort (a few float64/int64 copies of
+#: the chunk) stay within a few hundred MB.
 _CHUNK_ELEMENTS = 1 << 22
 
 

@@ -40,6 +40,7 @@ import torch
 
 from otbound._checks import as_num_drafts, batch_shape, check_same_vocabulary, clip_rounding
 from otbound.bounds.torch_sweep import (
+    _CHUNK_ELEMENTS,
     _as_tensor,
     _check_chunk_elements,
     _check_distribution,
@@ -63,9 +64,6 @@ __all__ = [
     "torch_acceptance_on",
     "verifier_acceptance_torch",
 ]
-
-#: Rows are processed in chunks of about this many entries (a few (B, V) temporaries each).
-_CHUNK_ELEMENTS = 1 << 22
 
 #: Step of the trapezoid rule in ``ln t`` (:data:`otbound.verifiers.gls.QUADRATURE_STEP`).
 _GLS_STEP = 0.3
