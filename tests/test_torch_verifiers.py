@@ -128,6 +128,10 @@ def test_public_function_errors() -> None:
         verifier_acceptance_torch("rrs_without_replacement", p, q, 3)
     with pytest.raises(ValueError, match="n=3"):
         verifier_acceptance_torch("spechub", p, q, 3)
+    with pytest.raises(ValueError, match="n=3"):
+        verifier_acceptance_torch("importance", p, q, 3)
+    with pytest.raises(ValueError, match="n=3"):  # the formula itself, called directly
+        _FORMULAS["importance"](torch.tensor([p]), torch.tensor([q]), 3)
     with pytest.raises(ValueError, match="q"):
         verifier_acceptance_torch("rrs", p, [0.6, 0.3, 0.3], 2)
     with pytest.raises(ValueError, match="support"):  # the design's own words
@@ -140,7 +144,11 @@ def test_serves_only_shipped_classes_on_their_design() -> None:
     assert hook.serves(get_verifier("rrs_without_replacement"), 2)
     assert not hook.serves(get_verifier("rrs_without_replacement"), 3)
     assert not hook.serves(get_verifier("spechub"), 3)
-    assert not hook.serves(get_verifier("importance"), 2)
+    assert hook.serves(get_verifier("importance"), 2)
+    assert not hook.serves(get_verifier("importance"), 3)
+    # another top: another formula, which numpy computes
+    other_top = type(get_verifier("importance"))(top=5)
+    assert shipped_name(other_top) is None and not hook.serves(other_top, 2)
     assert not hook.serves(get_verifier("optimal"), 2)
     assert not hook.serves(get_verifier("optimal", design="greedy"), 2)
     subclass = type("MyRRS", (type(get_verifier("rrs")),), {})()
@@ -287,3 +295,23 @@ def test_cuda_compare_gives_the_numpy_table() -> None:
     _tables_equal(
         compare(p, q, **kwargs, acceptance=torch_acceptance_on("cuda")), compare(p, q, **kwargs)
     )
+
+
+def test_importance_refuses_an_induced_distribution_out_of_range(monkeypatch) -> None:
+    """``p_I`` outside ``[0, 1]`` beyond ``LP_SLACK``, or its total off 1, raises with the
+    numpy path's words (never on valid rows: here the stage weights, then the rows, are
+    broken on purpose)."""
+    from otbound.verifiers import _torch_importance
+
+    p, q = _cases(12, seed=3)
+    p_t, q_t = torch.from_numpy(p), torch.from_numpy(q)
+    unbroken = _FORMULAS["importance"](p_t, q_t, 2)  # the same rows pass as they are
+    assert torch.all(torch.isfinite(unbroken))
+    flat = torch.full((1, 12), 1.1 / 12, dtype=torch.float64)  # Σ q = 1.1: Σ p_I = 1.21
+    with pytest.raises(ValueError, match="total"):
+        _FORMULAS["importance"](p_t[:1], flat, 2)
+    monkeypatch.setattr(_torch_importance, "_stage_keep", lambda lp: torch.triu(torch.full(
+        (lp.shape[0], lp.shape[2], lp.shape[2]), 40.0, dtype=lp.dtype
+    )))  # weights far outside [0, 1], one way only (W_ij − W_ji moves mass)  # fmt: skip
+    with pytest.raises(ValueError, match="importance induced distribution p_I"):
+        _FORMULAS["importance"](p_t, q_t, 2)

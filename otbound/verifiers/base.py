@@ -369,6 +369,12 @@ class BaseVerifier(ABC):
     def __repr__(self) -> str:
         return f"<verifier {self.name!r} design={self.design!r}>"
 
+    def has_default_settings(self) -> bool:
+        """Whether every setting of this verifier is its class's default (a batched formula
+        of the shipped verifier, :func:`otbound.verifiers.batched.shipped_name`, computes
+        the default only). ``True`` here: a verifier with settings says otherwise."""
+        return True
+
     def _memo(self, tag: str, p: np.ndarray, q: np.ndarray, n: int, build: Callable[[], _T]) -> _T:
         """``build()`` cached on the exact inputs (a few entries), so that a loop of
         :meth:`verify` calls on one step solves its LP or bisection once, and the estimates of

@@ -20,8 +20,10 @@ __all__ = ["BatchAcceptance", "shipped_name"]
 
 def shipped_name(verifier: object) -> str | None:
     """The registry name of a verifier object whose class is exactly a shipped verifier class
-    (not a subclass, which may change the formula) on that class's own design; ``None``
-    for anything else (a user-defined verifier, a name string, ``optimal`` on another design).
+    (not a subclass, which may change the formula) on that class's own design, with its
+    default settings (:meth:`~otbound.verifiers.BaseVerifier.has_default_settings`:
+    importance sampling's ``top``); ``None`` for anything else (a user-defined verifier, a
+    name string, ``optimal`` on another design, ``ImportanceSampling(top=5)``).
     """
     from otbound.verifiers.registry import _CLASSES
 
@@ -30,6 +32,8 @@ def shipped_name(verifier: object) -> str | None:
     if cls is None or cls is not type(verifier):
         return None
     if getattr(verifier, "design", None) != cls.default_design:
+        return None
+    if not verifier.has_default_settings():
         return None
     return cls.name
 

@@ -77,6 +77,8 @@ __all__ = ["ImportanceSampling", "SelectionStage"]
 
 #: Largest ``V^n`` (draft tuples) enumerated for the exact acceptance at ``n ≥ 3``.
 MAX_TUPLES = 200_000
+#: ``s``, the tokens whose pairwise weights a stage's LP chooses, unless ``top`` says otherwise.
+DEFAULT_TOP = 10
 
 
 def _stage_weights(lp: np.ndarray) -> np.ndarray:
@@ -365,11 +367,15 @@ class ImportanceSampling(BaseVerifier):
     default_design = "iid"
     designs = ("iid", "per_slot")
 
-    def __init__(self, design: str | None = None, top: int = 10) -> None:
+    def __init__(self, design: str | None = None, top: int = DEFAULT_TOP) -> None:
         super().__init__(design)
         if isinstance(top, bool) or not isinstance(top, int) or top < 1:
             raise ValueError(f"top must be an integer >= 1, got {top!r}")
         self.top = top
+
+    def has_default_settings(self) -> bool:
+        """Whether ``top`` is :data:`DEFAULT_TOP` (the one the torch formula takes)."""
+        return self.top == DEFAULT_TOP
 
     # -- the scheme -------------------------------------------------------------------------
     @staticmethod

@@ -20,11 +20,14 @@ verifier                       torch formula
 ``greedy``                     :func:`greedy_acceptance`, every ``n``
 ``topk``                       :func:`topk_acceptance`, every ``n``
 ``gls``                        :func:`gls_acceptance`: closed form ``n = 1``, quadrature ``n ≥ 2``
+``importance``                 :func:`~otbound.verifiers._torch_importance.importance_acceptance`,
+                               ``n ≤ 2``, its default ``top`` (the stage LP's flow on the CPU)
 =============================  ===============================================================
 
-Not here: ``rrs_without_replacement`` at ``n ≥ 3`` (a sum over ``V^{n−1}`` rejected
-prefixes, or a Rao-Blackwellised estimate), ``importance`` (an estimate) and ``optimal``
-(an LP per step): :func:`otbound.compare` computes them with numpy.
+Not here: ``rrs_without_replacement`` and ``importance`` at ``n ≥ 3`` (a sum over ``V^{n−1}``
+rejected prefixes or ``V^n`` draft tuples, or a Rao-Blackwellised estimate), ``importance``
+with another ``top``, and ``optimal`` (an LP per step): :func:`otbound.compare` computes them
+with numpy.
 
 This module imports torch; the package does not import it (``compute_bounds --device`` and
 :func:`torch_acceptance_on` do, when asked for).
@@ -48,6 +51,8 @@ from otbound.bounds.torch_sweep import (
 )
 from otbound.drafts import get_design
 from otbound.drafts._torch import top_mask
+from otbound.verifiers._torch_importance import importance_acceptance
+from otbound.verifiers._torch_two import single_or_refuse
 from otbound.verifiers.batched import BatchAcceptance
 
 __all__ = [
@@ -332,13 +337,11 @@ def rrs_without_replacement_acceptance(p: torch.Tensor, q: torch.Tensor, n: int)
     -------
     torch.Tensor, shape (B,)
     """
-    if n == 1:
-        return torch.minimum(p, q).sum(dim=-1)
-    if n != 2:
-        raise ValueError(
-            "rrs_without_replacement has a torch formula for n <= 2 only (n >= 3 enumerates "
-            f"rejected prefixes or estimates them: use numpy); got n={n}"
-        )
+    single = single_or_refuse(
+        p, q, n, "rrs_without_replacement", "enumerates rejected prefixes or estimates them"
+    )
+    if single is not None:
+        return single
     zero = _zero(p)
     d = p - q
     up = d > 0
@@ -482,6 +485,7 @@ _FORMULAS: dict[str, Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]] 
     "greedy": greedy_acceptance,
     "topk": topk_acceptance,
     "gls": gls_acceptance,
+    "importance": importance_acceptance,
 }
 
 #: The verifiers with a torch formula here, in registry order.
@@ -490,11 +494,11 @@ TORCH_VERIFIERS: tuple[str, ...] = tuple(_FORMULAS)
 
 def serves(verifier: str, n: int) -> bool:
     """Whether :func:`verifier_acceptance_torch` computes ``verifier`` (a registry name) at
-    ``n``: every :data:`TORCH_VERIFIERS` name, but ``rrs_without_replacement`` at ``n ≤ 2``
-    only and ``spechub`` at ``n = 2`` only."""
+    ``n``: every :data:`TORCH_VERIFIERS` name, but ``rrs_without_replacement`` and
+    ``importance`` at ``n ≤ 2`` only and ``spechub`` at ``n = 2`` only."""
     if verifier not in _FORMULAS:
         return False
-    if verifier == "rrs_without_replacement":
+    if verifier in ("rrs_without_replacement", "importance"):
         return n <= 2
     if verifier == "spechub":
         return n == 2
