@@ -297,6 +297,21 @@ def test_cuda_compare_gives_the_numpy_table() -> None:
     )
 
 
+def test_importance_ranks_ties_by_token_id() -> None:
+    """Tokens with equal ``p − q²`` (dyadic masses) but different ``q`` are ranked by token
+    id, as numpy's stable sort ranks them: the other order gives 0.449358, not 0.449421."""
+    p = np.array([0.8876953125, 0.005859375, 0.0048828125, 0.0048828125, 0.001953125,
+                  0.001953125, 0.009765625, 0.0380859375, 0.0068359375, 0.0107421875,
+                  0.02734375])  # fmt: skip
+    q = np.array([0.1875, 0.0625, 0.0625, 0.0625, 0.03125, 0, 0.09375, 0.1875, 0.0625,
+                  0.09375, 0.15625])  # fmt: skip
+    want = get_verifier("importance").acceptance(p, q, 2)
+    got = float(verifier_acceptance_torch("importance", p, q, 2))
+    assert abs(got - want) <= TOL and abs(want - 0.44942080) < 1e-8
+    empty = _FORMULAS["importance"](torch.zeros((0, 11)), torch.zeros((0, 11)), 2)
+    assert empty.shape == (0,)  # no rows: no stage flows, no values
+
+
 def test_importance_refuses_an_induced_distribution_out_of_range(monkeypatch) -> None:
     """``p_I`` outside ``[0, 1]`` beyond ``LP_SLACK``, or its total off 1, raises with the
     numpy path's words (never on valid rows: here the stage weights, then the rows, are

@@ -14,7 +14,8 @@ The formula of :mod:`otbound.verifiers.importance` (Khisti et al.'s scheme with 
 4. ``p_I`` checked in ``[0, 1]`` to ``LP_SLACK`` (else :class:`ValueError`, as numpy's
    ``clip_rounding``), clipped, and normalised by its sum (itself within ``LP_SLACK`` of 1).
 5. ``α = Σ min(p, p_I) + P(selected draft rejected, residual ∈ {x_1, x_2})`` with
-   ``acc = min(1, p / p_I)``, ``r = res(p, p_I)`` (``p`` where ``p ≤ p_I``) and, in the
+   ``acc = min(1, p / p_I)``, ``r = res(p, p_I) = (p − p_I)⁺ / Σ (p − p_I)⁺`` (``p`` itself
+   where ``p ≤ p_I`` at every token) and, in the
    ranking's order with ``f = 1 − acc``,
    ``Σ_i a_i f_i Σ_{k>i} b_k r_k + Σ_i b_i f_i Σ_{k>i} a_k r_k`` plus the LP block's
    correction ``Σ_{i≠j ≤ s} a_i b_j [(W_{ij} − [j>i]) f_i r_j + ((1 − W_{ij}) − [i>j]) f_j
@@ -48,7 +49,10 @@ def _stage_keep(lp: torch.Tensor) -> torch.Tensor:
     """The stage LP's weights ``W`` (B, s, s) of the rows ``aS, bS, pS, base`` (B, 4, s):
     :func:`~otbound.verifiers.importance._stage_weights` of each step on the CPU."""
     rows = lp.cpu().numpy()
-    keep = np.stack([_stage_weights(np.ascontiguousarray(row)) for row in rows])
+    size = rows.shape[2]
+    keep = np.empty((0, size, size))
+    if rows.shape[0]:
+        keep = np.stack([_stage_weights(np.ascontiguousarray(row)) for row in rows])
     return torch.as_tensor(keep, dtype=lp.dtype, device=lp.device)
 
 
@@ -83,8 +87,8 @@ def importance_acceptance(p: torch.Tensor, q: torch.Tensor, n: int) -> torch.Ten
     Raises
     ------
     ValueError
-        ``n ≥ 3``; an induced ``p_I`` outside ``[0, 1]``, or a sum of ``p_I`` off 1, by more
-        than ``LP_SLACK`` (never on valid rows).
+        ``n`` other than 1 or 2; an induced ``p_I`` outside ``[0, 1]``, or a sum of ``p_I``
+        off 1, by more than ``LP_SLACK`` (never on valid rows).
     otbound.bounds.LPError
         A stage flow not certified optimal (numpy's error).
     """
