@@ -484,8 +484,8 @@ _FORMULAS: dict[str, Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]] 
     "spechub": spechub_acceptance,
     "greedy": greedy_acceptance,
     "topk": topk_acceptance,
-    "gls": gls_acceptance,
     "importance": importance_acceptance,
+    "gls": gls_acceptance,
 }
 
 #: The verifiers with a torch formula here, in registry order.
