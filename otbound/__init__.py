@@ -79,6 +79,7 @@ if TYPE_CHECKING:
 
     # from its module: mypy takes ``otbound.sequence.block_acceptance`` in an ``if`` for the module
     from otbound.sequence.block_acceptance import block_acceptance
+    from otbound.stats import PairedDifference, paired_difference
     from otbound.trees import (
         best_tree,
         block_efficiency,
@@ -115,6 +116,7 @@ else:
             "otbound.evaluate": ("LosslessResult", "check_lossless", "compare"),
             "otbound.logits": ("softmax",),
             "otbound.sequence": ("block_acceptance", "optimal_block_acceptance"),
+            "otbound.stats": ("PairedDifference", "paired_difference"),
             "otbound.trees": (
                 "best_tree",
                 "block_efficiency",
@@ -144,6 +146,7 @@ __all__ = [
     "DumpWriter",
     "LPError",
     "LosslessResult",
+    "PairedDifference",
     "PrimalResult",
     "SimulationResult",
     "SpecHubLPResult",
@@ -163,6 +166,7 @@ __all__ = [
     "open_dump",
     "optimal_acceptance",
     "optimal_block_acceptance",
+    "paired_difference",
     "positional_acceptance",
     "predict_tokens_per_call",
     "sequence",
