@@ -606,8 +606,14 @@ def test_multipath_below_block_level_bounds_of_its_tree(case):
 
 
 def test_multipath_gains_over_block_verification_and_can_lose():
-    """More paths help on Sun et al.'s example (11/9 → 131/81 with two paths); the capped-ratio
-    greedy rule can overshoot the target, so it is not always above one path (no theorem)."""
+    """More paths help on Sun et al.'s example (11/9 → 131/81 with two paths). The pinned
+    case where the reconstruction loses to block verification on one path (``p = (0.5, 0.5)``,
+    ``q = (0.45, 0.55)``, one token, three paths: 0.666 against 0.95), which the paper's reported
+    gains over block verification do not show: the capped-ratio greedy rule takes token 0
+    unless all three paths drew token 1, so the selected path's law ``q* = (1 − 0.55³, 0.55³)``
+    overshoots the target on token 0 and accepts ``Σ min(p, q*) = 0.5 + 0.55³``. Both values
+    are checked against the enumeration oracles written from the definitions and against
+    these closed forms."""
     from otbound.sequence import paths_tree
 
     assert 81 * tree_acceptance("multipath", SUN_P, SUN_Q, paths_tree(2, 2)) == pytest.approx(131)
@@ -615,10 +621,13 @@ def test_multipath_gains_over_block_verification_and_can_lose():
         "block", SUN_P, SUN_Q, 2
     )
     p, q = [0.5, 0.5], [0.45, 0.55]
-    assert tree_acceptance("multipath", p, q, paths_tree(3, 1)) == pytest.approx(
-        0.5 + 0.55**3, abs=1e-12
-    )
-    assert block_acceptance("block", p, q, 1) == pytest.approx(0.95)
+    multipath = tree_acceptance("multipath", p, q, paths_tree(3, 1))
+    block = block_acceptance("block", p, q, 1)
+    assert multipath == pytest.approx(_gbv_oracle(p, q, 3, 1)[0], abs=1e-12)
+    assert multipath == pytest.approx(0.5 + 0.55**3, abs=1e-12)  # 0.666375
+    assert block == pytest.approx(_bv_oracle(p, q, 1)[0], abs=1e-12)
+    assert block == pytest.approx(np.minimum(p, q).sum(), abs=1e-12)  # 0.95
+    assert block - multipath == pytest.approx(0.95 - 0.5 - 0.55**3, abs=1e-12)
 
 
 def _multipath_without_skew():

@@ -1,5 +1,14 @@
-r"""Greedy multi-path block verification (Thomas and Pal, *Greedy Multi-Path Block Verification
-for Faster Decoding in Speculative Sampling*, arXiv 2602.16961, GBV) on ``K`` independent paths.
+r"""Multi-path block verification on ``K`` independent paths: otbound's *reconstruction* of greedy
+multi-path block verification (Thomas and Pal, *Greedy Multi-Path Block Verification for Faster
+Decoding in Speculative Sampling*, arXiv 2602.16961, GBV).
+
+**What this is, and is not.** The paper's text beyond its abstract was not available; the
+algorithm below is rebuilt from the authors' reference implementation as its README describes
+it and from a third-party replication (see *Source* below). It is lossless (tested by exact
+enumeration), but it is not checked to be the authors' algorithm, and it disagrees with what
+they report: the paper reports gains over block verification, while this rule can accept
+less than block verification on a single path (the pinned case below: 0.666 against 0.95,
+``tests/test_sequence.py``). Read its numbers as those of this reconstruction.
 
 **Drafting.** ``K`` draft paths of length ``L`` drawn independently from the draft model (the
 tree is ``K`` chains from the root, :func:`paths_tree`; two paths may share tokens). Under
@@ -40,11 +49,14 @@ prefix of one drafted path plus one residual token) and a third-party replicatio
 ``gbv_verify``/``compute_skew`` (greedy walk on the capped ratio ``min(1, p/q)``, the skewed
 law above, block verification with it). The lossless argument and ``Q*`` are derived here.
 
-*Not a theorem:* with the capped-ratio order the selected path's law can overshoot the target
-(e.g. ``p = (0.5, 0.5)``, ``q = (0.45, 0.55)``, ``L = 1``, ``K = 3``: ``q* = (0.834, 0.166)``),
-so multi-path verification can accept less than block verification on one path; it is always
-below the block-level bounds of its i.i.d. tree (:func:`~otbound.sequence.
-optimal_verification_acceptance` with ``drafting="iid"``). Both are tested.
+*Not a theorem:* with the capped-ratio order the selected path's law can overshoot the target.
+With ``p = (0.5, 0.5)``, ``q = (0.45, 0.55)``, ``L = 1``, ``K = 3`` the rule takes token 0
+unless all three paths drew token 1, so ``q* = (1 − 0.55³, 0.55³) = (0.834, 0.166)`` and the
+accepted drafts per call are ``Σ min(p, q*) = 0.5 + 0.55³ = 0.666``, against
+``Σ min(p, q) = 0.95`` for block verification of one path: three paths accept less than one.
+It is always below the block-level bounds of its i.i.d. tree
+(:func:`~otbound.sequence.optimal_verification_acceptance` with ``drafting="iid"``). Both are
+tested, against enumeration oracles written from the definitions.
 """
 
 from __future__ import annotations
@@ -128,7 +140,9 @@ def skewed_row(
 
 
 class MultiPathVerifier(SequenceVerifier):
-    """Greedy multi-path block verification on ``K`` independent draft paths (GBV).
+    """Multi-path block verification on ``K`` independent draft paths: a reconstruction of GBV
+    (Thomas and Pal) that can accept less than block verification of one path (see the module
+    docstring).
 
     Examples
     --------
