@@ -2,11 +2,14 @@
 
 The API pages are generated from the numpydoc docstrings (autodoc + autosummary + numpydoc);
 the notebooks are rendered from ``notebooks/`` as they are committed, without executing them
-(myst-nb, ``nb_execution_mode = "off"``); Markdown pages are read by MyST.
+(myst-nb, ``nb_execution_mode = "off"``); Markdown pages are read by MyST. The ``docs`` extra
+alone builds it: the modules of the ``torch`` extra that are not installed are mocked
+(``autodoc_mock_imports``), so the torch modules' pages come from their docstrings all the same.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import sys
 from pathlib import Path
@@ -43,6 +46,10 @@ myst_enable_extensions = ["dollarmath", "amsmath"]
 myst_heading_anchors = 3
 
 autosummary_generate = True
+#: The torch extra's modules, mocked where they are not installed (a venv with the docs extra
+#: only); with them installed (CI's full environment) the real modules are imported.
+_TORCH_EXTRA = ("torch", "transformers", "safetensors", "gguf", "accelerate")
+autodoc_mock_imports = [name for name in _TORCH_EXTRA if importlib.util.find_spec(name) is None]
 autodoc_typehints = "none"
 autodoc_default_options = {"members": True, "show-inheritance": True}
 numpydoc_show_class_members = False
