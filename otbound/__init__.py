@@ -60,6 +60,7 @@ def _lazy_exports(
 
 if TYPE_CHECKING:
     from otbound import dumps, sequence, trees
+    from otbound.audits import AuditResult, audit, audit_dump
     from otbound.bounds import (
         DualResult,
         LPError,
@@ -100,6 +101,7 @@ else:
     __getattr__, __dir__ = _lazy_exports(
         __name__,
         {
+            "otbound.audits": ("AuditResult", "audit", "audit_dump"),
             "otbound.bounds": (
                 "DualResult",
                 "LPError",
@@ -139,6 +141,7 @@ else:
 __all__ = [
     "DESIGNS",
     "VERIFIERS",
+    "AuditResult",
     "BaseVerifier",
     "DraftDesign",
     "DualResult",
@@ -152,6 +155,8 @@ __all__ = [
     "SpecHubLPResult",
     "SweepResult",
     "Verifier",
+    "audit",
+    "audit_dump",
     "best_tree",
     "block_acceptance",
     "block_efficiency",

@@ -4,6 +4,7 @@
     otbound log ...               log target/draft distributions from models (log_distributions)
     otbound trees ...             tree speculative decoding with real models (simulate_trees)
     otbound train-stopping ...    a decision model for learned stopping (train_stopping)
+    otbound audit [DUMP] ...      audit verification rules: lossless or not, TV, α* (audit)
     otbound --version
 
 Each subcommand is the same program as its script in ``scripts/`` and takes the same options
@@ -48,6 +49,10 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "train-stopping": Subcommand(
         "otbound.cli.train_stopping",
         "train the decision model of --stopping learned:MODEL (needs scikit-learn)",
+    ),
+    "audit": Subcommand(
+        "otbound.cli.audit",
+        "audit verification rules on a dump: lossless or not, TV from the target, α*",
     ),
 }
 
