@@ -12,13 +12,13 @@ Run: ``python benchmarks/bench_main_job.py [DUMP] [--repeat 3]`` (``DUMP``: the 
    for a per-step standard error of 0.005, figures), wall time including the interpreter's
    start and imports.
 
-   Defaults include ``--jobs auto``: one process per core (this machine: 2). A third row runs
+   Defaults include ``--jobs auto``: one process per usable core. A third row runs
    the same with ``--jobs 1``, one process (whose compiled kernels still use numba's threads
    where they have them).
 
 Prints the times, the ratios to the floor (measured in one run, to one decimal; the best of
-``--repeat`` for each, the runs interleaved), and the machine. The issue's goal is a ratio of
-at most 10.
+``--repeat`` for each, the runs interleaved), and the machine. The goal is a ratio of at
+most 10 (``docs/performance.md`` has the latest figures).
 """
 
 from __future__ import annotations

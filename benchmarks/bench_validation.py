@@ -7,19 +7,8 @@ and trusts it. This benchmark counts the calls of the row checks
 cProfile, over 32 logged-like steps at V = 32,000 with the default verifiers, ``n = (2, 4)``
 and ``trials=0`` (exact acceptances only, as the dump analysis runs them).
 
-Measured on the 2-core development machine (``python benchmarks/bench_validation.py``; the
-wall time of ``compare`` is taken under the profiler, which slows the many small calls of the
-old code more than the new):
-
-=====================  =====================  ==========================  ======================
-code                   ``as_distribution``    ``as_distribution_pair``    time in the checks /
-                       calls                  calls                       ``compare`` (wall)
-=====================  =====================  ==========================  ======================
-before (b08286f)       2,322 (72.6 a step)    1,161 (36.3 a step)         0.50-0.68 s / 2.9-3.4 s
-after (``Step``)       2 (the batch, once)    1                           0.02-0.03 s / 1.2-1.3 s
-=====================  =====================  ==========================  ======================
-
-Run::
+On 32 steps ``compare`` checks its rows twice (the batch, once: 0.02-0.03 s of a 1.2-1.3 s
+``compare`` under the profiler, on a 2-core AMD EPYC; ``docs/performance.md``). Run::
 
     python benchmarks/bench_validation.py [--steps 32] [--vocab 32000]
 """

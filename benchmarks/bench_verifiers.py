@@ -1,14 +1,14 @@
 """Verifier throughput: simulation speed and the cost of exact acceptance rates.
 
-Goals (issue 3):
+Goals:
 
 * ``rrs.simulate`` at V = 1,000, n = 4: at least 1,000,000 trials per second;
 * ``gls.simulate`` at V = 32,000, n = 4: 20,000 trials in a few seconds (``O(n log V)`` a trial);
 * exact acceptance of ``rrs``, ``rrs_without_replacement`` (n = 2), ``kseq``, ``spechub`` and
   ``greedy`` at V = 32,000: at most 5 ms per step;
 * verifiers without a closed form (``--no-closed-form``): per-step time and standard error of
-  the old 0/1 Monte Carlo (``simulate``, ``--old-trials`` trials, 10,000 by default: what a
-  standard error of 0.005 needs at α = 0.5) against the new path (:meth:`estimate` with a
+  the 0/1 Monte Carlo (``simulate``, ``--old-trials`` trials, 10,000 by default: what a
+  standard error of 0.005 needs at α = 0.5) against otbound's path (:meth:`estimate` with a
   target standard error of 0.005: exact for ``gls``, Rao-Blackwellised for
   ``rrs_without_replacement`` and ``importance`` at ``n ≥ 3``), on the first rows of
   ``data/sample`` (V = 8,192) and at V = 32,000, in one run; plus the importance stage-LP

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU table of the README's performance section, in one run (a benchmark, not a test).
+# The GPU table of docs/performance.md, in one run (a benchmark, not a test).
 #
 # Run on a machine with a CUDA GPU and torch, from any directory:
 #
@@ -14,8 +14,8 @@
 #    machine has no cache) and CUDA starts before the timed steps;
 # 1. sweep-batch1024.md: every design's bound (iid, without_replacement, conditional_poisson,
 #    greedy, topk, hub), n in {2, 4, 8}, V in {32,000, 151,936}, batches of 1,024 steps in
-#    one chunk (2^25 entries), against numpy/numba on this machine's CPU cores;
-# 2. sweep-batch8192.md: the two goals at V = 32,000 (i.i.d. and without
+#    one chunk (2^25 entries), against numpy/numba on the same machine's CPU cores;
+# 2. sweep-batch8192.md: the two GPU goals at V = 32,000 (i.i.d. and without
 #    replacement) with batches of 8,192 steps (launches shared by more rows);
 # 3. sweep-default-chunks.md: the default designs (iid, without_replacement,
 #    conditional_poisson) at V = 32,000 in the API's default chunks (2^22 entries);

@@ -2,17 +2,16 @@
 
 A parallel kernel wakes numba's other threads for each call. Where they have gone to sleep
 since the last call (the OpenMP layer lets them sleep soon after a parallel region ends),
-waking them costs tens of microseconds on this project's reference machine (70 µs per call
-on a 2-core virtual Xeon, ``benchmarks/bench_without_replacement.py``), more than a small
-call's whole work. Such calls run on this thread alone (the caller compares its work with
-:data:`SERIAL_WORK`); the kernels give the same bits on any number of threads, so only the
-time changes.
+waking them costs tens of microseconds (70 µs per call on a 2-core Xeon,
+``benchmarks/bench_without_replacement.py``), more than a small call's whole work. Such calls
+run on this thread alone (the caller compares its work with :data:`SERIAL_WORK`); the kernels
+give the same bits on any number of threads, so only the time changes.
 
 numba's threading layer starts at the first parallel call or ``numba.get_num_threads()``.
 A compiled function loaded from numba's on-disk cache that calls a parallel kernel inside
 (``bucketed_row`` through the without-replacement levels, say) does not start it, and
-crashes the interpreter when it is the process's first compiled call (numba issue 8578;
-seen here with numba 0.68: ``bucketed_row`` called straight from a fresh process). Every
+crashes the interpreter when it is the process's first compiled call (numba issue 8578,
+numba 0.68: ``bucketed_row`` called straight from a fresh process). Every
 Python entry point into such a kernel passes ``numba.get_num_threads()`` (or calls a
 parallel kernel) first; a script that calls a compiled kernel directly must do the same.
 Starting the layer when this module is imported would cost 20 ms at every import and
@@ -32,8 +31,8 @@ __all__ = ["SERIAL_WORK", "numba_threads", "serial_build"]
 
 #: A call of at most this much work (the caller's unit: tokens times nodes for the
 #: without-replacement sweep) runs on one thread: up to about 0.15 ms of work alone, where
-#: a second thread saved less than its wake-up cost (measured level by level on the
-#: reference machine).
+#: a second thread saved less than its wake-up cost (measured level by level on a 2-core
+#: Xeon).
 SERIAL_WORK = 1 << 18
 
 

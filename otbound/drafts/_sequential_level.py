@@ -110,7 +110,7 @@ def _inside_lower(start, end, cum_p, suffix, known, slope):  # type: ignore[no-u
     the ``i − s`` additions that built ``suffix[s]`` from ``suffix[i]`` rounds by at most half
     an ulp of ``suffix[s]``, and the subtraction by a relative half-ulp (tokens below the
     sum's last place would otherwise add no mass at all). The bound's own arithmetic rounds
-    to nearest (a review measured the chord above the exact one by at most 3.5e-17), far
+    to nearest (the chord comes out above the exact one by at most 3.5e-17), far
     inside the caller's ``CANDIDATE_SLACK``. ``−inf`` (keep the segment) where a term is NaN
     (``K_e = inf`` times no mass).
     """
