@@ -34,6 +34,7 @@ from otbound.verifiers.base import (
     MIN_TRIALS,
     BaseVerifier,
     Estimate,
+    acceptance_what,
     as_trials,
     sample_drafts,
 )
@@ -908,8 +909,7 @@ def _batch_exact(
                 f"{acceptance.name} returned shape {values.shape} for {int(rows.sum())} steps "
                 f"(verifier {_name(v)!r}, n={n}); it must return one acceptance per step"
             )
-        what = f"acceptance rate of verifier {_name(v)!r} (n={n})"
-        out[rows] = clip_rounding(values, 0.0, 1.0, what)
+        out[rows] = clip_rounding(values, 0.0, 1.0, acceptance_what(_name(v), n))
     return out
 
 

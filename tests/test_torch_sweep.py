@@ -675,3 +675,112 @@ def test_block_sweep_groups_rows_by_their_grids(monkeypatch):
     small, _ = _block_and_dense(p, q, 3)
     assert np.max(np.abs(small - dense)) <= 1e-12
     assert groups[0] == [5] and len(groups[1]) >= 2 and groups[1][-1] == 1, groups
+
+
+#: What :func:`otbound._checks.clip_rounding` says of a planted ``Q(H) = 1 + 1e-9``, after the
+#: design's name and ``n`` (the numpy path also names the first row of its chunk).
+_REFUSED = r"(; rows from 0)?\) at index \(.*\) is 1\.000000001, outside \[0, 1\] by more than rounding \(1e-12\): a bug upstream, not clipped"  # noqa: E501
+
+
+def _plant_mass(monkeypatch, module, name: str, excess: float) -> None:
+    """``module.name`` (a function giving ``Q`` of every prefix, (B, V + 1)) with the full
+    set's ``Q`` of row 0, exactly 1, replaced by ``1 + excess``: a design whose ``Q`` returns
+    more than 1."""
+    kernel = getattr(module, name)
+
+    def planted(q_sorted, n, *args):
+        mass = kernel(q_sorted, n, *args).clone()
+        assert mass[0, -1] == 1.0
+        mass[0, -1] = 1.0 + excess
+        return mass
+
+    monkeypatch.setattr(module, name, planted)
+
+
+_PLANTED = {
+    "without_replacement": "without_replacement_prefix_mass",
+    "conditional_poisson": "conditional_poisson_prefix_ratio",
+}
+
+
+@pytest.mark.parametrize("design", SCANNED)
+def test_a_mass_out_of_range_is_refused_with_the_numpy_words(monkeypatch, design):
+    """A ``Q(H) = 1 + 1e-9`` in the torch sweep raises, as the numpy sweep does (the same
+    words: :func:`otbound.bounds.sweep.prefix_mass_what` and ``clip_rounding``'s sentence),
+    where a clamp kept it silent; the numpy sweep, given the same mass, refuses it too."""
+    from otbound.drafts import _torch_distinct
+
+    rng = np.random.default_rng(83)
+    p, q = _batch(rng, 4, 12)
+    q = np.where(q > 0, q, 0.01)
+    q /= q.sum(axis=-1, keepdims=True)
+    _plant_mass(monkeypatch, _torch_distinct, _PLANTED[design], 1e-9)
+    refused = rf"prefix mass Q\(H\) of design '{design}' \(n=2" + _REFUSED
+    with pytest.raises(ValueError, match=refused) as torch_error:
+        optimal_acceptance_torch(p, q, n=2, design=design)
+    assert "index (0, 12)" in str(torch_error.value)  # row 0, its full set
+    spec = type(ob.get_design(design))
+    masses = spec.prefix_masses
+
+    def numpy_planted(self, q_sorted, counts):
+        mass = np.array(masses(self, q_sorted, counts))
+        mass[:, 0, -1] = 1.0 + 1e-9
+        return mass
+
+    monkeypatch.setattr(spec, "prefix_minimum", lambda self, p, q, counts: None)
+    monkeypatch.setattr(spec, "prefix_masses", numpy_planted)
+    monkeypatch.setattr(spec, "bucketed_minimum", None, raising=False)
+    with pytest.raises(ValueError, match=refused):
+        ob.optimal_acceptance(p, q, n=2, design=design)
+
+
+@pytest.mark.parametrize("design", SCANNED)
+def test_a_mass_out_by_rounding_only_is_clipped(monkeypatch, design):
+    """A ``Q(H)`` above 1 by less than the rounding tolerance (1e-12 in float64) is clipped,
+    not refused: the rates are those of the unplanted kernel, bit for bit."""
+    from otbound.drafts import _torch_distinct
+
+    rng = np.random.default_rng(89)
+    p, q = _batch(rng, 4, 12)
+    q = np.where(q > 0, q, 0.01)
+    q /= q.sum(axis=-1, keepdims=True)
+    want = optimal_acceptance_torch(p, q, n=2, design=design)
+    _plant_mass(monkeypatch, _torch_distinct, _PLANTED[design], 5e-13)
+    assert torch.equal(optimal_acceptance_torch(p, q, n=2, design=design), want)
+
+
+@pytest.mark.parametrize("where", ["_poly_mul", "_inside_values"])
+def test_block_sweep_refuses_masses_out_of_range(monkeypatch, where):
+    """The block sweep checks ``Q`` at the block ends (planted through the distribution at
+    each block end, ``P[N < n]`` lowered by 1 or more there only) and at the prefixes inside
+    its candidate blocks (planted through their trapezoid sums only, lowered by 1): ``Q``
+    above 1 is refused in either place with the numpy words."""
+    from otbound.drafts import _torch_block_sweep as sweep
+
+    rng = np.random.default_rng(97)
+    p = _logits_rows(rng, 3, 600, "zipf")
+    q = _normalise(p**0.8 * rng.uniform(0.5, 1.5, p.shape))
+    kernel = getattr(sweep, where)
+    monkeypatch.setattr(sweep, where, lambda *args: kernel(*args) - 1.0)
+    refused = r"prefix mass Q\(H\) of design 'without_replacement' \(n=3\) at index"
+    with pytest.raises(ValueError, match=refused):
+        optimal_acceptance_torch(p, q, n=3, design="without_replacement")
+
+
+def test_an_alpha_out_of_range_is_refused_and_rounding_clipped(monkeypatch):
+    """``α* = 1 + gap`` below 0 by 1e-9 raises with the numpy sweep's words
+    (:func:`otbound.bounds.sweep.alpha_what`); by 1e-13 it is clipped to 0."""
+    design = type(ob.get_design("iid"))
+    p = np.full((2, 4), 0.25)
+    refused = (
+        r"α\* of design 'iid' \(n=2\) at index 0 is -1\.0000000827\d*e-09, outside \[0, 1\] "
+        r"by more than rounding \(1e-12\): a bug upstream, not clipped"
+    )
+    for gap in (-1.0 - 1e-9, -1.0 - 1e-13):
+        planted = torch.full((2,), gap, dtype=torch.float64)
+        monkeypatch.setattr(design, "torch_gap", lambda self, p, q, n, g=planted: g)
+        if gap < -1.0 - 1e-12:
+            with pytest.raises(ValueError, match=refused):
+                optimal_acceptance_torch(p, p, n=2, design="iid")
+        else:
+            assert optimal_acceptance_torch(p, p, n=2, design="iid").tolist() == [0.0, 0.0]

@@ -330,3 +330,27 @@ def test_importance_refuses_an_induced_distribution_out_of_range(monkeypatch) ->
     )))  # weights far outside [0, 1], one way only (W_ij − W_ji moves mass)  # fmt: skip
     with pytest.raises(ValueError, match="importance induced distribution p_I"):
         _FORMULAS["importance"](p_t, q_t, 2)
+
+
+def test_public_function_refuses_a_rate_out_of_range_with_the_numpy_words(monkeypatch) -> None:
+    """A formula giving ``1 + 1e-9`` is refused as :meth:`BaseVerifier.acceptance` refuses it
+    (:func:`otbound.verifiers.base.acceptance_what` and ``clip_rounding``'s sentence), where a
+    clamp kept it silent; ``1 + 1e-13`` (rounding) is clipped to 1."""
+    p, q = [0.3, 0.4, 0.3], [0.6, 0.3, 0.1]
+    refused = (
+        r"acceptance rate of verifier 'rrs' \(n=2\)( at index 1)? is 1\.000000001, "
+        r"outside \[0, 1\] by more than rounding \(1e-12\): a bug upstream, not clipped"
+    )
+    for excess in (1e-9, 1e-13):
+        planted = torch.tensor([0.5, 1.0 + excess], dtype=torch.float64)
+        monkeypatch.setitem(_FORMULAS, "rrs", lambda p, q, n, rates=planted: rates)
+        rrs = type(get_verifier("rrs"))
+        monkeypatch.setattr(rrs, "_acceptance", lambda self, p, q, n, e=excess: 1.0 + e)
+        if excess > 1e-12:
+            with pytest.raises(ValueError, match=refused):
+                verifier_acceptance_torch("rrs", [p, p], [q, q], 2)
+            with pytest.raises(ValueError, match=refused):
+                get_verifier("rrs").acceptance(p, q, 2)
+        else:
+            assert verifier_acceptance_torch("rrs", [p, p], [q, q], 2).tolist() == [0.5, 1.0]
+            assert get_verifier("rrs").acceptance(p, q, 2) == 1.0

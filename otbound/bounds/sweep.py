@@ -278,14 +278,28 @@ def _solve(
     )
 
 
+def prefix_mass_what(design: str, counts: Sequence[int], first_row: int | None = None) -> str:
+    """What a design's prefix masses ``Q(H_i)`` are called when :func:`otbound._checks.
+    clip_rounding` refuses one (the numpy sweep's words, and the torch sweep's); ``first_row``
+    the caller's first row, where it knows it."""
+    names = ", ".join(str(n) for n in counts)
+    rows = "" if first_row is None else f"; rows from {first_row}"
+    return f"prefix mass Q(H) of design {design!r} (n={names}{rows})"
+
+
+def alpha_what(design: str, counts: Sequence[int]) -> str:
+    """What ``α* = 1 + gap`` is called when :func:`otbound._checks.clip_rounding` refuses one
+    (the numpy sweep's words, and the torch sweep's)."""
+    names = ", ".join(str(n) for n in counts)
+    return f"α* of design {design!r} (n={names})"
+
+
 def _checked_mass(
     mass: np.ndarray, design: DraftDesign, counts: Sequence[int], first_row: int
 ) -> np.ndarray:
     """A design's prefix masses ``Q(H_i)``, refused outside ``[0, 1]`` beyond rounding (a
     design that returns ``1 + 1e-9`` has a bug that clipping ``α*`` would hide)."""
-    names = ", ".join(str(n) for n in counts)
-    what = f"prefix mass Q(H) of design {design.name!r} (n={names}; rows from {first_row})"
-    return clip_rounding(mass, 0.0, 1.0, what)
+    return clip_rounding(mass, 0.0, 1.0, prefix_mass_what(design.name, counts, first_row))
 
 
 def _alpha_from_gap(gap: np.ndarray, design: DraftDesign, counts: Sequence[int]) -> np.ndarray:
@@ -293,8 +307,7 @@ def _alpha_from_gap(gap: np.ndarray, design: DraftDesign, counts: Sequence[int])
 
     ``gap = min(0, min_H [p(H) − Q(H)]) ≥ −1`` since ``p(H) ≥ 0`` and ``Q(H) ≤ 1``.
     """
-    names = ", ".join(str(n) for n in counts)
-    return clip_rounding(1.0 + gap, 0.0, 1.0, f"α* of design {design.name!r} (n={names})")
+    return clip_rounding(1.0 + gap, 0.0, 1.0, alpha_what(design.name, counts))
 
 
 def _prefix_minimum(

@@ -29,7 +29,10 @@ Ties among equally likely tokens of ``q`` go to the lower token id, as in
 Each design's torch kernel is its :meth:`~otbound.drafts.DraftDesign.torch_gap`
 (:mod:`otbound.drafts._torch`); the designs computed here are those whose ``torch_sweep`` is
 true (:data:`TORCH_DESIGNS`). The input checks are the numpy path's
-(:func:`otbound._checks.check_rows`, :meth:`~otbound.drafts.DraftDesign.check_rows`).
+(:func:`otbound._checks.check_rows`, :meth:`~otbound.drafts.DraftDesign.check_rows`), and
+so are the refusals of a ``Q(H)`` or an ``α*`` outside ``[0, 1]`` by more than rounding
+(:func:`otbound._torch_checks.clip_rounding_torch`: tested on the device, raised by
+:func:`otbound._checks.clip_rounding` with :mod:`otbound.bounds.sweep`'s words), never clamped.
 :data:`TORCH_SWEEP` is the sweep as a :class:`otbound.bounds.solvers.Solver` for
 :func:`otbound.compare`'s ``bound``.
 """
@@ -43,8 +46,9 @@ import numpy as np
 import torch
 
 from otbound._checks import as_num_drafts, batch_shape, check_rows, check_same_vocabulary
+from otbound._torch_checks import clip_rounding_torch
 from otbound.bounds.solvers import Solver
-from otbound.bounds.sweep import _refuse_nan
+from otbound.bounds.sweep import _refuse_nan, alpha_what
 from otbound.drafts import DESIGNS, DraftDesign, designs_where, get_design
 
 #: Designs this module computes (those whose ``torch_sweep`` is true), in registry order.
@@ -194,7 +198,10 @@ def optimal_acceptance_torch(
         within 1e-6 (unless ``normalize``); rows of zeros; different vocabulary sizes or
         batch shapes that do not broadcast; ``n < 1``; ``n > V`` for ``greedy``/``topk``/
         ``hub``; ``n`` larger than the support of ``q`` for ``greedy``/``hub`` (distinct
-        drafts); ``n != 2`` for ``hub``; an unknown design (the message names the valid ones).
+        drafts); ``n != 2`` for ``hub``; an unknown design (the message names the valid ones);
+        a NaN in some ``p(H) − Q(H)``, or a ``Q(H)`` or ``α*`` outside ``[0, 1]`` by more than
+        rounding (a bug, refused with the numpy sweep's words: the tolerance
+        :func:`otbound._torch_checks.rounding_tolerance` of ``dtype``, 1e-12 in float64).
 
     Notes
     -----
@@ -242,7 +249,8 @@ def optimal_acceptance_torch(
         gap[part] = spec.torch_gap(p2[part].contiguous(), q2[part].contiguous(), n)
     if bool(torch.isnan(gap).any()):  # as the numpy sweep: a NaN is never returned as a rate
         _refuse_nan(gap.cpu().numpy(), spec, n, "torch sweep", 0)
-    return (1.0 + gap).clamp_(0.0, 1.0).reshape(batch)
+    alpha = clip_rounding_torch(1.0 + gap, 0.0, 1.0, alpha_what(spec.name, [n]))
+    return alpha.reshape(batch)
 
 
 #: The torch sweep as a bound for :func:`otbound.compare`: it serves :data:`TORCH_DESIGNS`,

@@ -31,6 +31,9 @@ sweep order are cut into blocks of ``L = SWEEP_BLOCK`` (256) and, for ``n ≥ 3`
 4. **Inside the candidates.** From the stored distribution at the block's start, the block's
    tokens at every node where that distribution is not zero, ``Q`` at every prefix inside.
 
+Every ``Q`` computed (block ends, candidates' prefixes) is checked in ``[0, 1]`` to rounding
+(:func:`~otbound.drafts._torch_distinct.checked_mass`: the numpy sweep's refusal beyond it).
+
 The rows go in groups of rows with about as many nodes (:func:`_node_groups`), within a
 memory budget, so that a row whose grid reaches far does not set every row's nodes.
 
@@ -57,6 +60,7 @@ from otbound.drafts._sequential_mass import (
 from otbound.drafts._sequential_sweep import CANDIDATE_SLACK
 from otbound.drafts._torch_distinct import (
     _CERTAIN,
+    WITHOUT_REPLACEMENT,
     NodeGrid,
     _left_time,
     _left_weight,
@@ -64,6 +68,7 @@ from otbound.drafts._torch_distinct import (
     _prefix_values,
     _products_before,
     _with_empty,
+    checked_mass,
     decay,
     full_product,
     least_gap,
@@ -288,8 +293,9 @@ def _block_sweep_gap(
     weights = node_weights(grid.lam[:, ends][:, None, :] * t[:, :, None], on[:, :, None], h)
     remaining = (weights * below_end).sum(dim=1)
     mass_end = torch.where(live[:, ends], 1.0 - (remaining + left_end), exact[:, ends])
-    boundary = torch.cat([exact[:, :1], mass_end.clamp(0.0, 1.0)], dim=-1)
-    gap = least_gap(cum_p[:, ends], boundary[:, 1:])
+    mass_end = checked_mass(mass_end, WITHOUT_REPLACEMENT, n)
+    boundary = torch.cat([exact[:, :1], mass_end], dim=-1)
+    gap = least_gap(cum_p[:, ends], mass_end)
     lower = _chord_lower(cum_p, suffix, boundary, size)
     # the slack: the integral's error, or (float32) the rounding of the values
     slack = max(CANDIDATE_SLACK, 64 * torch.finfo(q.dtype).eps)
@@ -307,7 +313,8 @@ def _block_sweep_gap(
         )  # fmt: skip
         left = _left_weight(suffix[rows_at, at], t_lo, h)
         mass = torch.where(live[rows_at, at], 1.0 - (inside + left), exact[rows_at, at])
-        value = torch.where(real, cum_p[rows_at, at] - mass.clamp(0.0, 1.0), math.inf)
+        mass = checked_mass(mass, WITHOUT_REPLACEMENT, n)
+        value = torch.where(real, cum_p[rows_at, at] - mass, math.inf)
         gap = gap.scatter_reduce(0, r, value.amin(dim=-1), reduce="amin")
     return gap
 

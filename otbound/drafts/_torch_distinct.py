@@ -6,7 +6,8 @@ in float64, on validated tensors (B, V); the numpy reference is
 Both sort the tokens of each row by ``p/q`` ascending (the numpy key,
 :func:`otbound.drafts.helpers.sweep_key`: ``q = 0`` last, ``log p − log q`` in rows where the
 ratio leaves the normal range) and take ``α* = 1 + min(0, min_i [p(H_i) − Q(H_i)])`` over the
-prefixes ``H_i``.
+prefixes ``H_i``. Every ``Q(H_i)`` enters that minimum through :func:`checked_mass`: clipped
+into ``[0, 1]`` where it is out by rounding, else refused with the numpy sweep's error.
 
 **The count recursion as a scan.** Along the sweep, ``Q(H_i)`` is read off a product of
 degree-one polynomials truncated at degree ``d``,
@@ -62,6 +63,8 @@ from typing import NamedTuple
 
 import torch
 
+from otbound._torch_checks import clip_rounding_torch
+from otbound.bounds.sweep import prefix_mass_what
 from otbound.drafts._sequential_mass import (
     LARGEST_TIME,
     LEFT_TOLERANCE,
@@ -70,6 +73,7 @@ from otbound.drafts._sequential_mass import (
 )
 
 __all__ = [
+    "checked_mass",
     "conditional_poisson_gap",
     "conditional_poisson_prefix_ratio",
     "sweep_sorted",
@@ -77,6 +81,8 @@ __all__ = [
     "without_replacement_prefix_mass",
 ]
 
+#: The design the exponential-clock sweeps compute (its name in the refusals' words).
+WITHOUT_REPLACEMENT = "without_replacement"
 #: A token with ``q t`` above this has fired with probability ``1 − e^{−50}`` (``< 2e-22`` off).
 _CERTAIN = 50.0
 #: Rows with ``e_n(q)`` below this are recomputed with per-coefficient exponents (float64;
@@ -132,15 +138,24 @@ def _with_empty(x: torch.Tensor, first: float = 0.0) -> torch.Tensor:
     return torch.nn.functional.pad(x, (1, 0), value=first)
 
 
+def checked_mass(mass: torch.Tensor, design: str, n: int) -> torch.Tensor:
+    """``Q(H_i)`` clipped into ``[0, 1]`` where it is out by rounding only, else the numpy
+    sweep's refusal (:func:`otbound.bounds.sweep.prefix_mass_what`'s words, through
+    :func:`otbound._torch_checks.clip_rounding_torch`): a design whose ``Q`` returns
+    ``1 + 1e-9`` has a bug that a clamp would hide. One test on the device per call."""
+    return clip_rounding_torch(mass, 0.0, 1.0, prefix_mass_what(design, [n]))
+
+
 def least_gap(cum_p: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
-    """``min(0, min_i [p(H_i) − Q(H_i)])`` per row from ``p`` and ``Q`` (clipped into
-    ``[0, 1]``) of the same prefixes (B, ...)."""
-    return (cum_p - mass.clamp(0.0, 1.0)).amin(dim=-1).clamp(max=0.0)
+    """``min(0, min_i [p(H_i) − Q(H_i)])`` per row from ``p`` and ``Q`` of the same prefixes
+    (B, ...); ``Q`` in ``[0, 1]`` (exact, or :func:`checked_mass`)."""
+    return (cum_p - mass).amin(dim=-1).clamp(max=0.0)
 
 
-def _gap(p_sorted: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
-    """:func:`least_gap` from ``Q`` of every prefix (B, V + 1)."""
-    return least_gap(_with_empty(torch.cumsum(p_sorted, dim=-1)), mass)
+def _gap(p_sorted: torch.Tensor, mass: torch.Tensor, design: str, n: int) -> torch.Tensor:
+    """:func:`least_gap` from ``Q`` of every prefix (B, V + 1), checked (:func:`checked_mass`)."""
+    cum_p = _with_empty(torch.cumsum(p_sorted, dim=-1))
+    return least_gap(cum_p, checked_mass(mass, design, n))
 
 
 # -- the blocked scan of degree-one factors -------------------------------------------------------
@@ -362,7 +377,7 @@ def conditional_poisson_gap(p: torch.Tensor, q: torch.Tensor, n: int) -> torch.T
     """``min(0, min_i [p(H_i) − e_n(q_{H_i}) / e_n(q)])`` per row of validated ``p``, ``q``
     (B, V)."""
     p_sorted, q_sorted = sweep_sorted(p, q)
-    return _gap(p_sorted, conditional_poisson_prefix_ratio(q_sorted, n))
+    return _gap(p_sorted, conditional_poisson_prefix_ratio(q_sorted, n), "conditional_poisson", n)
 
 
 # -- sequential sampling without replacement ------------------------------------------------------
@@ -523,4 +538,4 @@ def without_replacement_gap(p: torch.Tensor, q: torch.Tensor, n: int) -> torch.T
     sequential sampling without replacement at every prefix (the dense path: for ``n ≥ 3``
     the default is :func:`otbound.drafts._torch_block_sweep.without_replacement_gap`)."""
     p_sorted, q_sorted = sweep_sorted(p, q)
-    return _gap(p_sorted, without_replacement_prefix_mass(q_sorted, n))
+    return _gap(p_sorted, without_replacement_prefix_mass(q_sorted, n), WITHOUT_REPLACEMENT, n)

@@ -11,8 +11,9 @@ The formula of :mod:`otbound.verifiers.importance` (Khisti et al.'s scheme with 
    :func:`otbound.verifiers.importance._stage_weights` (on the CPU: a flow of ``s²`` pairs a
    step, its optimality certified, the numpy path's own function), and
    ``p_I(y) = base_y + Σ_{j≠y} a_y b_j W_{yj} − Σ_{i≠y} a_i b_y W_{iy}``.
-4. ``p_I`` checked in ``[0, 1]`` to ``LP_SLACK`` (else numpy's ``clip_rounding`` raises its
-   :class:`ValueError`), clipped, and normalised by its sum (itself within ``LP_SLACK`` of 1).
+4. ``p_I`` checked in ``[0, 1]`` to ``LP_SLACK`` (on the device; beyond it numpy's
+   ``clip_rounding`` raises its :class:`ValueError`: :func:`otbound._torch_checks.
+   clip_rounding_torch`), clipped, and normalised by its sum (itself within ``LP_SLACK`` of 1).
 5. ``α = Σ min(p, p_I) + P(selected draft rejected, residual ∈ {x_1, x_2})`` with
    ``acc = min(1, p / p_I)``, ``r = res(p, p_I) = (p − p_I)⁺ / Σ (p − p_I)⁺`` (``p`` itself
    where ``p ≤ p_I`` at every token) and, in the
@@ -32,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from otbound._checks import clip_rounding
+from otbound._torch_checks import clip_rounding_torch
 from otbound.bounds import LP_SLACK
 from otbound.verifiers._torch_two import single_or_refuse
 from otbound.verifiers.importance import DEFAULT_TOP, _stage_weights
@@ -55,15 +56,6 @@ def _stage_keep(lp: torch.Tensor) -> torch.Tensor:
     if rows.shape[0]:
         keep = np.stack([_stage_weights(np.ascontiguousarray(row)) for row in rows])
     return torch.as_tensor(keep, dtype=lp.dtype, device=lp.device)
-
-
-def _refuse_beyond_slack(values: torch.Tensor, low: float, high: float, what: str) -> None:
-    """Raise where ``values`` is NaN or outside ``[low, high]`` by more than ``LP_SLACK``:
-    tested on the device, and the error raised by :func:`otbound._checks.clip_rounding`
-    itself (the numpy path's check and words; the values go to the CPU only then)."""
-    excess = torch.maximum(low - values, values - high)
-    if bool((torch.isnan(values) | (excess > LP_SLACK)).any()):
-        clip_rounding(values.cpu().numpy(), low, high, what, tol=LP_SLACK)
 
 
 def importance_acceptance(p: torch.Tensor, q: torch.Tensor, n: int) -> torch.Tensor:
@@ -108,10 +100,11 @@ def importance_acceptance(p: torch.Tensor, q: torch.Tensor, n: int) -> torch.Ten
     off = 1.0 - torch.eye(s, dtype=p.dtype, device=p.device)
     cell = (top_a[:, :, None] * top_a[:, None, :]) * keep * off  # a_i b_j W_ij, i ≠ j
     induced = torch.cat([base + cell.sum(dim=2) - cell.sum(dim=1), induced[:, s:]], dim=-1)
-    _refuse_beyond_slack(induced, 0.0, 1.0, "importance induced distribution p_I")
-    induced = induced.clamp(0.0, 1.0)
+    what = "importance induced distribution p_I"
+    induced = clip_rounding_torch(induced, 0.0, 1.0, what, tol=LP_SLACK)
     total = induced.sum(dim=-1, keepdim=True)
-    _refuse_beyond_slack(total, 1.0, 1.0, "importance induced distribution's total Σ p_I")
+    what = "importance induced distribution's total Σ p_I"
+    clip_rounding_torch(total, 1.0, 1.0, what, tol=LP_SLACK)
     induced = induced / total
     positive = induced > 0
     ratio = (p_sorted / torch.where(positive, induced, 1.0)).clamp_max(1.0)

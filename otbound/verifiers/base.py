@@ -223,6 +223,12 @@ def _normal_quantile(prob: float) -> float:
 # -- shared helpers ------------------------------------------------------------------------
 
 
+def acceptance_what(verifier: str, n: int) -> str:
+    """What an exact acceptance rate is called when :func:`otbound._checks.clip_rounding`
+    refuses one (every path's words: numpy, :func:`otbound.compare`, torch)."""
+    return f"acceptance rate of verifier {verifier!r} (n={n})"
+
+
 def overlap(p: np.ndarray, q: np.ndarray) -> float:
     """``β(p, q) = Σ_x min(p_x, q_x)``, the single-draft acceptance rate (``1 − TV``)."""
     return float(np.minimum(p, q).sum())
@@ -523,8 +529,7 @@ class BaseVerifier(ABC):
         value = self._acceptance(step.p, step.q, n)
         if value is None:
             return None
-        what = f"acceptance rate of verifier {self.name!r} (n={n})"
-        return float(clip_rounding(value, 0.0, 1.0, what))
+        return float(clip_rounding(value, 0.0, 1.0, acceptance_what(self.name, n)))
 
     def acceptances_of(self, step: Step, ns: Sequence[int]) -> dict[int, float | None]:
         """:meth:`acceptance_of` for several ``n`` of one validated step, each value the one
@@ -558,7 +563,7 @@ class BaseVerifier(ABC):
         out: dict[int, float | None] = {}
         for n in ns:
             value = values.get(n)
-            what = f"acceptance rate of verifier {self.name!r} (n={n})"
+            what = acceptance_what(self.name, n)
             out[n] = None if value is None else float(clip_rounding(value, 0.0, 1.0, what))
         return out
 

@@ -6,8 +6,10 @@ verifier per row, (B,) float64, following the numpy verifier's ``acceptance``
 (:mod:`otbound.verifiers`) step for step, edge cases included (support smaller than ``n``
 where the design allows it, ties, zeros); the values agree with numpy's to rounding (1e-9 is
 tested on CPU torch). Values are not clipped: :func:`verifier_acceptance_torch` clips those
-out of ``[0, 1]`` by rounding only, as :meth:`otbound.verifiers.BaseVerifier.acceptance`
-does.
+out of ``[0, 1]`` by rounding only and refuses the others, as
+:meth:`otbound.verifiers.BaseVerifier.acceptance` does, with its words
+(:func:`otbound._torch_checks.clip_rounding_torch`: one test on the device, the values read
+back only to raise).
 
 =============================  ===============================================================
 verifier                       torch formula
@@ -41,7 +43,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from otbound._checks import as_num_drafts, batch_shape, check_same_vocabulary, clip_rounding
+from otbound._checks import as_num_drafts, batch_shape, check_same_vocabulary
+from otbound._torch_checks import clip_rounding_torch
 from otbound.bounds.torch_sweep import (
     _CHUNK_ELEMENTS,
     _as_tensor,
@@ -53,6 +56,7 @@ from otbound.drafts import get_design
 from otbound.drafts._torch import top_mask
 from otbound.verifiers._torch_importance import importance_acceptance
 from otbound.verifiers._torch_two import single_or_refuse
+from otbound.verifiers.base import acceptance_what
 from otbound.verifiers.batched import BatchAcceptance
 
 __all__ = [
@@ -574,9 +578,7 @@ def verifier_acceptance_torch(
     p2 = p_t.expand(*batch, vocab).reshape(-1, vocab)
     q2 = q_t.expand(*batch, vocab).reshape(-1, vocab)
     out = _rows(verifier, p2, q2, n, int(chunk_elements))
-    what = f"acceptance rate of verifier {verifier!r} (n={n})"
-    clip_rounding(out.cpu().numpy(), 0.0, 1.0, what)  # raises beyond rounding
-    return out.clamp_(0.0, 1.0).reshape(batch)
+    return clip_rounding_torch(out, 0.0, 1.0, acceptance_what(verifier, n)).reshape(batch)
 
 
 def _rows(verifier: str, p: torch.Tensor, q: torch.Tensor, n: int, chunk: int) -> torch.Tensor:
