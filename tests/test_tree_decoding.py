@@ -8,7 +8,10 @@
   the same check;
 * on a context-free pair, measured tokens per call match ``block_efficiency`` of the exact
   positional acceptance within the 95% interval (Bonferroni over the configurations);
-* the walk on fixed ``p, q`` (no torch); the command line.
+* the walk on fixed ``p, q`` (no torch); the command line;
+* common random numbers: equal systems (token-level verifiers on chains) coincide call for
+  call, and the per-(prompt, call) streams are lossless; the differences table pairs the runs
+  by prompt.
 """
 
 from __future__ import annotations
@@ -286,11 +289,14 @@ def _chi_square_p_value(codes: np.ndarray, expected_probs: np.ndarray) -> float:
     return float(stats.chisquare(obs[keep], exp[keep] * obs.sum() / exp[keep].sum()).pvalue)
 
 
-def _continuations(pair, verifier, tree, temperature=1.0, samples=SAMPLES, seed=0) -> np.ndarray:
-    """The cells of ``samples`` continuations of :data:`PROMPT` by tree decoding."""
+def _continuations(
+    pair, verifier, tree, temperature=1.0, samples=SAMPLES, seed=0, source=None
+) -> np.ndarray:
+    """The cells of ``samples`` continuations of :data:`PROMPT` by tree decoding, drawing from
+    one generator seeded with ``seed``, or from ``source`` (common random numbers)."""
     target, draft = pair
     prompts = [(i, PROMPT) for i in range(samples)]
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed) if source is None else source
     _, out = decode_tree(
         target, draft, prompts, tree, verifier, rng,
         max_new_tokens=LENGTH, temperature=temperature, batch_size=samples, predict=False,
@@ -569,6 +575,9 @@ def test_cli_writes_the_table_summary_and_figure(saved_pair, tmp_path, capsys) -
     assert na[["verifier", "tree"]].values.tolist() == [["spechub", "ternary-1"]]
     assert summary.loc[summary["applicable"], "tokens_per_call"].ge(1).all()
     assert (out / "tokens_per_call.png").stat().st_size > 10_000
+    differences = pd.read_csv(out / "tree_differences.csv")
+    assert len(differences) == 10  # the 5 runs, every pair
+    assert {"difference", "ci_low", "ci_high", "excludes_zero"} <= set(differences.columns)
 
 
 @needs_torch
@@ -825,3 +834,95 @@ def test_sequence_walk_matches_the_sequence_verifier() -> None:
         assert walk.bonus == (walk.accepted == 2)
     for out, prob in law.items():
         assert abs(counts.get(out, 0) / 4000 - prob) < 5 * np.sqrt(prob * (1 - prob) / 4000) + 1e-3
+
+
+# -- (6) common random numbers and the differences table ---------------------------------------
+
+
+@needs_torch
+@pytest.mark.parametrize("root", ["draft", "target"])
+def test_runs_share_their_random_numbers(pair, root: str) -> None:
+    """On a chain every token-level verifier is single-draft speculative sampling: with the
+    common random numbers of ``run_tree_decoding`` (static and dynamic runs, a target root's
+    draw included) their runs coincide call for call, and the differences table says so
+    (difference 0, interval [0, 0], not separated)."""
+    prompts = [[i % VOCAB, (i // VOCAB) % VOCAB, 1] for i in range(12)]
+    names = ["rrs", "kseq", "rrs_without_replacement"]
+    result = run_tree_decoding(
+        *pair, prompts, verifiers=names, trees="chain:2", max_new_tokens=6, batch_size=5,
+        predict=False, stop_at_eos=False, root=root,
+    )  # fmt: skip
+    steps = result.steps.sort_values(["prompt", "call"], kind="stable")
+    calls = {name: steps.loc[steps["verifier"] == name, "tokens"].tolist() for name in names}
+    assert calls["rrs"] == calls["kseq"] == calls["rrs_without_replacement"]
+    assert len(calls["rrs"]) > len(prompts)  # several calls per prompt, not just the first
+    texts = result.continuations
+    per_verifier = [texts.loc[texts["verifier"] == n, "tokens"].map(tuple).tolist() for n in names]
+    assert per_verifier[0] == per_verifier[1] == per_verifier[2]
+    differences = result.differences
+    assert len(differences) == 3
+    assert (differences["difference"] == 0).all() and not differences["excludes_zero"].any()
+    assert (differences["ci_low"] == 0).all() and (differences["ci_high"] == 0).all()
+
+
+@needs_torch
+@pytest.mark.slow
+def test_common_random_numbers_are_lossless(pair) -> None:
+    """Each (prompt, call) draws from its own streams (:class:`CallStreams`): the
+    continuations of :data:`SAMPLES` copies of one prompt follow the target's sequence law, as
+    with one generator per run (a law at TV 0.02 is rejected with probability 0.99)."""
+    from otbound.tree_decoding import CallStreams
+
+    source = CallStreams(5)
+    codes = _continuations(pair, get_verifier("kseq"), kary_tree([2, 2]), source=source)
+    p_value = _chi_square_p_value(codes, _sequence_probabilities(pair[0], 1.0))
+    assert p_value > SIGNIFICANCE, f"p = {p_value:.2e}"
+
+
+def _steps(runs: dict[tuple[str, str, float], list[tuple[int, int]]]) -> pd.DataFrame:
+    """A per-call table: ``runs[(verifier, tree, budget)]`` lists ``(prompt, tokens)`` calls."""
+    rows = [
+        {"verifier": v, "design": "iid", "family": t.split("-")[0], "tree": t, "nodes": 2,
+         "depth": 1, "root": "draft", "stopping": "fixed", "budget": b, "prompt": c, "tokens": x}
+        for (v, t, b), calls in runs.items()
+        for c, x in calls
+    ]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_differences_pair_the_runs_by_prompt() -> None:
+    """Every pair of runs at one budget, ``a`` first in the table's order, with the paired
+    interval of the prompts' totals and counts (static tables: every pair)."""
+    from otbound.stats import paired_difference_interval
+    from otbound.tree_decoding import DIFFERENCE_COLUMNS, tree_differences
+
+    a = [(0, 3), (0, 2), (1, 1), (1, 2), (1, 2), (2, 3), (3, 2)]
+    b = [(0, 2), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2), (3, 1)]
+    c = [(0, 1), (1, 1), (2, 1), (3, 1)]
+    steps = _steps({("kseq", "binary-1", 4.0): a, ("rrs", "binary-1", 4.0): b,
+                    ("rrs", "beam2-1", 4.0): c, ("rrs", "binary-2", 8.0): c})  # fmt: skip
+    table = tree_differences(steps, level=0.9)
+    assert table[["verifier_a", "tree_a", "verifier_b", "tree_b", "budget"]].values.tolist() == [
+        ["kseq", "binary-1", "rrs", "binary-1", 4.0],
+        ["kseq", "binary-1", "rrs", "beam2-1", 4.0],
+        ["rrs", "binary-1", "rrs", "beam2-1", 4.0],
+    ]  # the budget-8 run has no partner at its budget
+    first = table.iloc[0]
+    expect = paired_difference_interval(
+        np.array([5.0, 5.0, 3.0, 2.0]), np.array([2, 3, 1, 1]),
+        np.array([5.0, 3.0, 2.0, 1.0]), np.array([3, 2, 1, 1]), 0.9,
+    )  # fmt: skip
+    assert (first["difference"], first["ci_low"], first["ci_high"]) == pytest.approx(expect)
+    assert first["tokens_per_call_a"] == pytest.approx(15 / 7) and first["prompts"] == 4
+    assert first["excludes_zero"] == (first["ci_low"] > 0 or first["ci_high"] < 0)
+    static = tree_differences(steps.drop(columns=["root", "stopping", "budget"]))
+    assert list(static.columns) == list(DIFFERENCE_COLUMNS) and len(static) == 6
+
+
+def test_differences_refuse_runs_on_other_prompts() -> None:
+    from otbound.tree_decoding import tree_differences
+
+    steps = _steps({("rrs", "chain-1", np.nan): [(0, 2), (1, 1)],
+                    ("kseq", "chain-1", np.nan): [(0, 2), (2, 1)]})  # fmt: skip
+    with pytest.raises(ValueError, match="one run only"):
+        tree_differences(steps)

@@ -7,6 +7,9 @@ the target scores all nodes in one forward pass with a tree attention mask, and 
 walks the tree (:mod:`otbound.tree_decoding`). DIR gets ``tree_steps.parquet`` (one row per
 target call), ``tree_summary.csv`` (tokens per call with 95% intervals clustered over prompts,
 the prediction and the token-level bound, which bounds token-level verifiers only),
+``tree_differences.csv`` (every pair of runs, at one budget in budget runs, compared on the
+same prompts: the difference in tokens per call with its paired 95% interval and whether it
+excludes zero; :func:`otbound.tree_decoding.tree_differences`),
 ``tokens_per_call.png`` and ``run.json`` (the settings and the
 fingerprint of settings, prompts and models); the table is printed.
 
@@ -66,6 +69,7 @@ SAMPLE_PROMPTS = _DATA / "prompts" / "c4_heldout.jsonl"
 
 STEPS_FILE = "tree_steps.parquet"
 SUMMARY_FILE = "tree_summary.csv"
+DIFFERENCES_FILE = "tree_differences.csv"
 FIGURE_FILE = "tokens_per_call.png"
 BUDGET_FIGURE_FILE = "tokens_per_call_vs_budget.png"
 RUN_FILE = "run.json"
@@ -275,6 +279,8 @@ def _write(
         result.steps.to_parquet(tmp, index=False)
     with atomic_output(summary_path) as tmp:
         result.summary.to_csv(tmp, index=False)
+    with atomic_output(out / DIFFERENCES_FILE) as tmp:
+        result.differences.to_csv(tmp, index=False)
     if result.systems and result.summary["budget"].notna().any():
         figure = save_figure(tokens_per_call_vs_budget(result.summary), out / BUDGET_FIGURE_FILE)
     elif result.systems:
@@ -284,7 +290,7 @@ def _write(
         figure = save_figure(tokens_per_call_vs_tree_size(static), out / FIGURE_FILE)
     else:
         figure = save_figure(tokens_per_call_vs_tree_size(result.summary), out / FIGURE_FILE)
-    written = [steps_path, summary_path, figure]
+    written = [steps_path, summary_path, out / DIFFERENCES_FILE, figure]
     record = {
         "otbound": _version(),
         "fingerprint": result.fingerprint,
@@ -311,7 +317,14 @@ def _start_afresh(out: Path) -> None:
     from otbound.tree_decoding import clear_parts
 
     clear_parts(out / PARTS_DIR)
-    for name in (STEPS_FILE, SUMMARY_FILE, FIGURE_FILE, BUDGET_FIGURE_FILE, RUN_FILE):
+    for name in (
+        STEPS_FILE,
+        SUMMARY_FILE,
+        DIFFERENCES_FILE,
+        FIGURE_FILE,
+        BUDGET_FIGURE_FILE,
+        RUN_FILE,
+    ):
         with contextlib.suppress(FileNotFoundError):
             (out / name).unlink()
 

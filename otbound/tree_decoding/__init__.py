@@ -19,6 +19,8 @@ module             job
 ``_run``           the decoding loop over prompts, verifiers and trees
 ``_resume``        checkpoints: one file per finished (verifier, tree) pair, fingerprinted
 ``_summary``       tokens per call with intervals, prediction and bound
+``_differences``   pairs of runs on the same prompts: the difference and its paired interval
+``_streams``       common random numbers: the streams of each (prompt, call)
 ``_dynamic``       dynamic drafting: RSD-S beam trees, target roots, per-row layouts
 ``_stopping``      stopping policies (fixed, confidence, learned decision models)
 ``_budget``        systems at a fixed target budget: summary columns, cost model
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
         speedup,
         summarise_systems,
     )
+    from otbound.tree_decoding._differences import DIFFERENCE_COLUMNS, tree_differences
     from otbound.tree_decoding._dynamic import (
         ROOTS,
         RowsLayout,
@@ -81,6 +84,7 @@ if TYPE_CHECKING:
         parse_stopping,
         save_decision_model,
     )
+    from otbound.tree_decoding._streams import CallStreams
     from otbound.tree_decoding._summary import TREE_SUMMARY_COLUMNS, summarise_tree_steps
     from otbound.tree_decoding._walk import (
         SEQUENCE_TREE_VERIFIERS,
@@ -100,6 +104,7 @@ else:
                 "speedup",
                 "summarise_systems",
             ),
+            "otbound.tree_decoding._differences": ("DIFFERENCE_COLUMNS", "tree_differences"),
             "otbound.tree_decoding._dynamic": (
                 "ROOTS",
                 "RowsLayout",
@@ -138,6 +143,7 @@ else:
                 "parse_stopping",
                 "save_decision_model",
             ),
+            "otbound.tree_decoding._streams": ("CallStreams",),
             "otbound.tree_decoding._summary": ("TREE_SUMMARY_COLUMNS", "summarise_tree_steps"),
             "otbound.tree_decoding._walk": (
                 "SEQUENCE_TREE_VERIFIERS",
@@ -150,6 +156,7 @@ else:
     )
 
 __all__ = [
+    "DIFFERENCE_COLUMNS",
     "DYNAMIC_STEP_COLUMNS",
     "FAMILIES",
     "FEATURES",
@@ -159,6 +166,7 @@ __all__ = [
     "SYSTEM_COLUMNS",
     "TREE_SUMMARY_COLUMNS",
     "TREE_VERIFIERS",
+    "CallStreams",
     "CheckpointMismatch",
     "DraftTree",
     "NodeDistributions",
@@ -193,6 +201,7 @@ __all__ = [
     "summarise_systems",
     "summarise_tree_steps",
     "system_not_applicable",
+    "tree_differences",
     "tree_inputs",
     "tree_logits",
     "tree_verifier",

@@ -89,6 +89,7 @@ from otbound.tree_decoding._scorer import make_scorer
 from otbound.tree_decoding._scoring import NodeDistributions
 from otbound.tree_decoding._specs import FAMILIES
 from otbound.tree_decoding._stopping import StoppingPolicy, entropy
+from otbound.tree_decoding._streams import RandomSource, row_generators
 from otbound.tree_decoding._walk import WalkResult, walk_from
 from otbound.trees import kary_tree
 from otbound.verifiers.base import sample_drafts, sample_tokens
@@ -325,7 +326,7 @@ def grow_system(
     rows: int,
     system: System,
     design: str,
-    rng: np.random.Generator,
+    rng: np.random.Generator | Sequence[np.random.Generator],
     *,
     temperature: float,
     p_root: np.ndarray | None = None,
@@ -343,11 +344,13 @@ def grow_system(
     system : System
     design : str
         The verifier's draft design (k-ary families); beams draw by Gumbel-top-k.
-    rng : numpy.random.Generator
+    rng : numpy.random.Generator or sequence of them
+        One generator for every row, or one per row (:mod:`._streams`).
     temperature : float
     p_root : numpy.ndarray, shape (B, V), optional
         The target's root distributions (target roots).
     """
+    rngs = [rng] * rows if isinstance(rng, np.random.Generator) else list(rng)
     depth, fixed_parent = _slots(system)
     layout = RowsLayout(rows, depth)
     n = layout.size
@@ -369,7 +372,7 @@ def grow_system(
         if p_root is None:
             raise ValueError("a target root needs the target's root distributions")
         for b in range(rows):
-            x = int(sample_tokens(np.asarray(p_root[b]), rng.random()))
+            x = int(sample_tokens(np.asarray(p_root[b]), rngs[b].random()))
             tokens[b, 0] = x
             layout.parent[b, 0] = 0
             tok_prob[b, 1] = path_prob[b, 1] = float(p_root[b][x])
@@ -430,7 +433,7 @@ def grow_system(
                     kids = [i for i in range(n) if fixed_parent[i] == r]
                     dist = q[b][r]
                     spec.check(dist, len(kids))
-                    drawn = sample_drafts(spec, dist, len(kids), 1, rng)[0]
+                    drawn = sample_drafts(spec, dist, len(kids), 1, rngs[b])[0]
                     for i, x in zip(kids, drawn, strict=True):
                         _place(b, i, r, int(x), dist, layout, tokens, tok_prob, path_prob,
                                parent_top, parent_ent)  # fmt: skip
@@ -440,7 +443,7 @@ def grow_system(
             for r in expand_rows:
                 dist = q[b][r]
                 with np.errstate(divide="ignore"):
-                    phi = logpath[b, r] + np.log(dist) + rng.gumbel(size=dist.size)
+                    phi = logpath[b, r] + np.log(dist) + rngs[b].gumbel(size=dist.size)
                 g = conditional_gumbel(gval[b, r], phi)
                 ok = np.flatnonzero(np.isfinite(g))
                 parents.append(np.full(ok.size, r))
@@ -544,6 +547,15 @@ class DecodeRow:
     ids: list[int]
     new: list[int] = field(default_factory=list)
     calls: int = 0
+    position: int = 0  #: the prompt's position in the run's list (:mod:`._streams`)
+
+
+def batch_rows(
+    prompts: Sequence[tuple[int, Sequence[int]]], start: int, batch_size: int
+) -> list[DecodeRow]:
+    """The rows of the batch of prompts from ``start``, each with its position in the list."""
+    batch = prompts[start : start + batch_size]
+    return [DecodeRow(int(i), list(ids), position=start + k) for k, (i, ids) in enumerate(batch)]
 
 
 def decode_system(
@@ -552,7 +564,7 @@ def decode_system(
     prompts: Sequence[tuple[int, Sequence[int]]],
     system: System,
     verifier: Any,
-    rng: np.random.Generator,
+    rng: RandomSource,
     *,
     max_new_tokens: int,
     temperature: float = 1.0,
@@ -588,7 +600,7 @@ def decode_system(
     n = int(depth_of.size)
     target_root = system.root == "target"
     for start in range(0, len(prompts), batch_size):
-        active = [DecodeRow(int(i), list(ids)) for i, ids in prompts[start : start + batch_size]]
+        active = batch_rows(prompts, start, batch_size)
         scorers = [
             make_scorer(model, [row.ids for row in active], cap, vocab_size, kv_cache=kv_cache)
             for model in (draft, target)
@@ -597,6 +609,9 @@ def decode_system(
             where = f"decoding a {system.nodes}-node {system.family} tree for prompts "
             where += f"{active[0].prompt}..{active[-1].prompt}"
             clock = {"draft_seconds": 0.0, "draft_passes": 0.0, "target_seconds": 0.0}
+            drafting, verifying = row_generators(
+                rng, [row.position for row in active], [row.calls for row in active]
+            )
             with out_of_memory_guard(batch_size, where):
                 p_root = None
                 empty = RowsLayout(len(active), depth_of)
@@ -616,7 +631,7 @@ def decode_system(
                     len(active),
                     system,
                     verifier.design,
-                    rng,
+                    drafting,
                     temperature=temperature,
                     p_root=p_root,
                 )
@@ -636,7 +651,7 @@ def decode_system(
             for b, row in enumerate(active):
                 kids = grown.layout.children(b)
                 walk = walk_rows(
-                    verifier, kids, grown.tokens[b], p_rows[b], grown.q[b], rng,
+                    verifier, kids, grown.tokens[b], p_rows[b], grown.q[b], verifying[b],
                     target_root=target_root,
                 )  # fmt: skip
                 present = [i for i in range(n) if grown.layout.parent[b, i] >= 0]

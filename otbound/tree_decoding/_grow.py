@@ -87,7 +87,7 @@ def grow_with(
     rows: int,
     layout: TreeLayout,
     design: str | DraftDesign,
-    rng: np.random.Generator,
+    rng: np.random.Generator | Sequence[np.random.Generator],
     *,
     temperature: float = 1.0,
 ) -> DraftTree:
@@ -95,7 +95,9 @@ def grow_with(
 
     ``scorer(tokens[:, :known], parent_rows)`` gives the draft logits at the internal nodes of
     depth ``d`` from the nodes of depth ``<= d``; a cached scorer feeds only the new ones.
+    ``rng`` is one generator for every row, or one per row (:mod:`._streams`).
     """
+    rngs = [rng] * rows if isinstance(rng, np.random.Generator) else list(rng)
     spec = get_design(design)
     tokens = np.zeros((rows, layout.size), dtype=np.int64)
     q: list[dict[int, np.ndarray]] = [{} for _ in range(rows)]
@@ -110,5 +112,5 @@ def grow_with(
                 kids = layout.children[r]
                 dist = q[b][r] = dists[k]
                 spec.check(dist, len(kids))
-                tokens[b, list(kids)] = sample_drafts(spec, dist, len(kids), 1, rng)[0]
+                tokens[b, list(kids)] = sample_drafts(spec, dist, len(kids), 1, rngs[b])[0]
     return DraftTree(tokens, q, layout)

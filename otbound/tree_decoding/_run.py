@@ -8,9 +8,15 @@ appends (accepted drafts, then a correction or a bonus token) are that call's
 **tokens per call**. A prompt stops once ``max_new_tokens`` tokens are generated (the last call's
 tokens are all counted; the continuation is cut) or after an end-of-sequence token.
 
-Randomness: each (verifier, tree) run draws from one ``numpy.random.Generator`` seeded once
-from ``(seed, verifier, tree)`` and advanced through every draft, verification and bonus draw
-of every call; it is never re-seeded per step.
+Randomness: common random numbers (:mod:`._streams`). Call ``t`` of the ``c``-th prompt draws
+its drafts from one generator and its verifications and bonus draw from another, both seeded
+from ``(seed, c, t)`` alone, so every (verifier, tree) run of the same prompts meets the same
+numbers where its situation coincides with another run's (the first call of each prompt, and
+for as long as two texts agree), which tightens the paired comparison of
+:func:`otbound.tree_decoding.tree_differences`. Distinct (prompt, call) pairs have independent
+streams, so each run alone samples as one generator advanced through it would. The
+prediction's Monte Carlo has a stream of its own per run, seeded from ``(seed, verifier,
+tree)``.
 
 At each call the root's ``(p, q)`` also give the prediction's inputs: the verifier's positional
 acceptance per depth (:func:`otbound.trees.positional_acceptance`, exact where the verifier
@@ -38,10 +44,12 @@ import pandas as pd
 from otbound.bounds import optimal_acceptance
 from otbound.drafts import get_design
 from otbound.tree_decoding._budget import summarise_systems
+from otbound.tree_decoding._differences import tree_differences
 from otbound.tree_decoding._dynamic import (
     ROOTS,
     DecodeRow,
     System,
+    batch_rows,
     decode_system,
     family_width,
     largest_depth,
@@ -54,6 +62,12 @@ from otbound.tree_decoding._scorer import make_scorer
 from otbound.tree_decoding._scoring import NodeDistributions
 from otbound.tree_decoding._specs import TreeSpec, parse_trees
 from otbound.tree_decoding._stopping import StoppingPolicy, parse_stopping
+from otbound.tree_decoding._streams import (
+    RANDOM_NUMBERS,
+    CallStreams,
+    RandomSource,
+    row_generators,
+)
 from otbound.tree_decoding._summary import TREE_KEYS, summarise_tree_steps
 from otbound.tree_decoding._walk import tree_verifier, walk_tree
 from otbound.trees import positional_acceptance
@@ -107,6 +121,9 @@ class TreeDecodingResult:
         matrices ``positional`` and ``alpha_star`` (nested lists) the prediction averages.
     summary : pandas.DataFrame
         :func:`summarise_tree_steps` of ``steps``.
+    differences : pandas.DataFrame
+        :func:`tree_differences` of ``steps``: every pair of runs (at one budget) compared on
+        the same prompts, the difference in tokens per call and its paired interval.
     continuations : pandas.DataFrame
         ``verifier, tree, prompt, tokens`` (the generated token ids).
     trees : tuple of TreeSpec
@@ -133,6 +150,7 @@ class TreeDecodingResult:
     settings: Mapping[str, Any] = field(default_factory=dict, repr=False)
     resumed: int = 0
     systems: tuple[System, ...] = ()
+    differences: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
 
 
 def not_applicable_reason(verifier: Any, layout: TreeLayout) -> str | None:
@@ -194,7 +212,7 @@ def decode_tree(
     prompts: Sequence[tuple[int, Sequence[int]]],
     tree: object,
     verifier: Any,
-    rng: np.random.Generator,
+    rng: RandomSource,
     *,
     max_new_tokens: int,
     temperature: float = 1.0,
@@ -217,8 +235,10 @@ def decode_tree(
     tree : path list or TreeLayout
     verifier : verifier object
         Its ``design`` draws the drafts; its ``verify`` walks the tree.
-    rng : numpy.random.Generator
-        The run's one generator, advanced throughout.
+    rng : numpy.random.Generator or CallStreams
+        The run's one generator, advanced throughout, or the common random numbers of
+        :class:`._streams.CallStreams` (call ``t`` of the ``c``-th prompt draws from streams
+        seeded by ``(seed, c, t)``: what :func:`run_tree_decoding` passes).
     max_new_tokens : int
     temperature : float, default 1.0
         Applied to both models (``> 0``).
@@ -263,7 +283,7 @@ def decode_tree(
     out: dict[int, list[int]] = {}
     every_row = list(range(layout.size + 1))
     for start in range(0, len(prompts), batch_size):
-        active = [DecodeRow(int(i), list(ids)) for i, ids in prompts[start : start + batch_size]]
+        active = batch_rows(prompts, start, batch_size)
         scorers = [
             make_scorer(model, [row.ids for row in active], layout, vocab_size, kv_cache=kv_cache)
             for model in (draft, target)
@@ -271,17 +291,21 @@ def decode_tree(
         while active:
             where = f"decoding a {layout.size}-node tree for prompts {active[0].prompt}.."
             where += f"{active[-1].prompt}"
+            drafting, verifying = row_generators(
+                rng, [row.position for row in active], [row.calls for row in active]
+            )
             with out_of_memory_guard(batch_size, where):
                 grown = grow_with(
-                    scorers[0], len(active), layout, verifier.design, rng, temperature=temperature
-                )
+                    scorers[0], len(active), layout, verifier.design, drafting,
+                    temperature=temperature,
+                )  # fmt: skip
                 logits = scorers[1](grown.tokens, every_row)
             p = [NodeDistributions(logits[b], temperature) for b in range(len(active))]
             still: list[DecodeRow] = []
             kept: list[int] = []
             committed: list[list[int]] = []
             for b, row in enumerate(active):
-                walk = walk_tree(verifier, layout, grown.tokens[b], p[b], grown.q[b], rng)
+                walk = walk_tree(verifier, layout, grown.tokens[b], p[b], grown.q[b], verifying[b])
                 records.append(
                     {
                         "prompt": row.prompt,
@@ -573,8 +597,9 @@ def run_tree_decoding(
     store, done = None, {}
     if parts_dir is not None:
         settings = checkpoint_settings(
-            target, draft, pairs, seed=seed, stop_at_eos=stop_at_eos, **options
-        )
+            target, draft, pairs, seed=seed, stop_at_eos=stop_at_eos,
+            random_numbers=RANDOM_NUMBERS, **options,
+        )  # fmt: skip
         store = PartStore(parts_dir, settings)
         done = {(name, s.name): store.load(name, v.design, s) for name, v, s in todo}
     resumed = sum(part is not None for part in done.values())
@@ -586,8 +611,8 @@ def run_tree_decoding(
             bar.set_postfix_str(f"{name} {s.name}", refresh=False)
             part: Part | None = done.get((name, s.name))
             if part is None:
-                config = _config_seed(seed, name, s.name)
-                rng, pred_seed = np.random.default_rng(config), int(config.generate_state(1)[0])
+                rng = CallStreams(seed)
+                pred_seed = int(_config_seed(seed, name, s.name).generate_state(1)[0])
                 part = decode_tree(
                     target,
                     draft,
@@ -631,6 +656,7 @@ def run_tree_decoding(
         fingerprint=None if store is None else store.fingerprint,
         settings={} if store is None else store.settings,
         resumed=resumed,
+        differences=tree_differences(steps),
     )
 
 
@@ -791,7 +817,7 @@ def _run_dynamic(
     if parts_dir is not None:
         settings = checkpoint_settings(
             target, draft, pairs, seed=seed, stop_at_eos=stop_at_eos, predict=predict,
-            prediction_trials=prediction_trials, **options,
+            prediction_trials=prediction_trials, random_numbers=RANDOM_NUMBERS, **options,
         )  # fmt: skip
         store = PartStore(parts_dir, settings)
         done = {(name, s.key): store.load(name, v.design, _system_spec(s)) for name, v, s in todo}
@@ -805,8 +831,8 @@ def _run_dynamic(
             part: Part | None = done.get((name, system.key))
             subtree = system.subtree_paths()
             if part is None:
-                config = _config_seed(seed, name, system.key)
-                rng, pred_seed = np.random.default_rng(config), int(config.generate_state(1)[0])
+                rng = CallStreams(seed)
+                pred_seed = int(_config_seed(seed, name, system.key).generate_state(1)[0])
                 predictor: Any = None
                 if predict and system.stopping.predictable:
                     if system.beam:
@@ -861,4 +887,5 @@ def _run_dynamic(
         settings={} if store is None else store.settings,
         resumed=resumed,
         systems=tuple(systems),
+        differences=tree_differences(steps),
     )

@@ -17,7 +17,8 @@ across nodes or steps, a known flaw of some reference code, is lossy).
 
 **Sequence-level verifiers** (:data:`SEQUENCE_TREE_VERIFIERS`: ``block`` on chains, Sun et al.;
 ``traversal`` on chains and trees, Weng et al.; ``multipath`` on ``K`` independent paths,
-Thomas and Pal) do not decide node by node: they see the whole drafted tree. Their walk
+otbound's reconstruction of Thomas and Pal's algorithm, :mod:`otbound.sequence.multipath`) do
+not decide node by node: they see the whole drafted tree. Their walk
 (:class:`SequenceTreeVerifier`) feeds the tree's tokens, the target's row after every node and
 the draft's row of every internal node to the verifier's one-trial
 :meth:`otbound.sequence.SequenceVerifier.verify_rows` (the on-path probabilities these
