@@ -314,19 +314,30 @@ def _column_pair(
     frame: Mapping[str, Any] | Any, cluster: str, value: str, name: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """The cluster ids and values of one run's rows, refusing missing columns and NaNs."""
-    for column in (cluster, value):
-        if column not in frame:
-            raise ValueError(f"{name} has no column {column!r} (one row per call or step)")
-    ids = np.asarray(frame[cluster])
+    for needed in (cluster, value):
+        if needed not in frame:
+            raise ValueError(f"{name} has no column {needed!r} (one row per call or step)")
+    column = frame[cluster]
     values = np.asarray(frame[value], dtype=float)
-    if ids.shape != values.shape or ids.ndim != 1:
+    if hasattr(column, "isna"):  # pandas: None, NaN and NA alike
+        missing = np.asarray(column.isna(), dtype=bool)
+        ids = np.asarray(column[~missing] if missing.any() else column)
+    else:
+        ids = np.asarray(column)
+        missing = np.array(
+            [
+                x is None or (isinstance(x, float | np.floating) and math.isnan(x))
+                for x in ids.tolist()
+            ],
+            dtype=bool,
+        )
+    if missing.shape != values.shape or values.ndim != 1:
         raise ValueError(f"{name}: {cluster!r} and {value!r} must be 1-D columns of one length")
-    missing = [
-        x is None or (isinstance(x, float | np.floating) and math.isnan(x)) for x in ids.tolist()
-    ]
-    for column, bad in ((cluster, int(sum(missing))), (value, int(np.isnan(values).sum()))):
+    for column_name, bad in ((cluster, int(missing.sum())), (value, int(np.isnan(values).sum()))):
         if bad:
-            raise ValueError(f"{name}[{column!r}] has {bad} missing value(s): drop or fill them")
+            raise ValueError(
+                f"{name}[{column_name!r}] has {bad} missing value(s): drop or fill them"
+            )
     return ids, values
 
 

@@ -232,3 +232,8 @@ def test_paired_difference_says_what_is_wrong() -> None:
         paired_difference(a, {"prompt": [0, 1], "tokens": [1.0, np.nan]})
     with pytest.raises(ValueError, match=r"a\['prompt'\] has 1 missing"):
         paired_difference({"prompt": [0, None], "tokens": [1.0, 2.0]}, a)
+    steps = pd.DataFrame({"prompt_id": pd.array([0, 1, pd.NA], "Int64"), "gap": [0.1, 0.2, 0.3]})
+    with pytest.raises(ValueError, match=r"a\['prompt_id'\] has 1 missing"):
+        paired_difference(steps, steps, value="gap", cluster="prompt_id")
+    whole = steps.iloc[:2]  # nullable integer ids without a missing one pair as integers
+    assert paired_difference(whole, whole, value="gap", cluster="prompt_id").difference == 0.0
