@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from otbound._files import atomic_output, write_json
 from otbound.analysis._config import AnalysisConfig
+from otbound.analysis._first_run import kernels_compiled
 from otbound.analysis._parallel import Jobs, LocalProcesses, plan_parts, resolve_jobs
 from otbound.analysis._shard import (
     SKIPPED_CELL_COLUMNS,
@@ -442,9 +443,17 @@ def run_analysis(
     known: dict[str, _ShardSums] = {}  # the summary's sums of the shards analysed here
     finished_steps = sum(r["steps"] for r in done.values() if r)
     pending_sizes = {i: sizes[i] for i in pending}
-    # the workers first: forked, they must be made before the progress bar's thread starts
+    # the workers first: forked, they must be made before the progress bar's thread starts;
+    # then, on a cold cache, the kernels compiled in this process, before the bar starts
     with (
         _local_processes(jobs, dump, config, pending_sizes, dask, figures) as workers,
+        kernels_compiled(
+            dump,
+            pending_sizes if dask is None else {},
+            config,
+            announce=progress,
+            one_thread=workers is not None,
+        ),
         tqdm(
             total=sum(sizes),
             initial=finished_steps,
