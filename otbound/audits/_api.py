@@ -11,6 +11,7 @@ import numpy as np
 
 from otbound._checks import as_distribution_pair
 from otbound.audits._audit import DEFAULT_TRIALS, AuditResult, audit_rows, summarise
+from otbound.audits._chains import audit_chain_rows
 from otbound.audits._rules import as_audited
 from otbound.dumps import Dump, open_dump
 from otbound.engines import Processing, Sides
@@ -51,7 +52,8 @@ def audit(
         function ``verify(drafts, p, q, rng) -> token``.
     p, q : array_like, shape (V,) or (steps, V)
         The target's and the draft's distributions before processing (the softmax of the
-        raw logits).
+        raw logits). For a block rule, a chain: ``p`` of shape ``(γ + 1, V)`` and ``q`` of
+        shape ``(γ, V)`` (the on-path laws), or ``(chains, γ + 1, V)`` and ``(chains, γ, V)``.
     n : int, optional
         Number of drafts (default: the rule's own, else 1).
     design : str, optional
@@ -91,14 +93,33 @@ def audit(
     processing = Processing(temperature, top_k, top_p)
     audited = as_audited(rule, processing=processing, n=n, design=design)
     p_arr, q_arr = as_distribution_pair(p, q)
-    if p_arr.shape != q_arr.shape or p_arr.ndim > 2:
-        raise ValueError(
-            f"p and q must have one shape, (V,) or (steps, V), got {p_arr.shape} and {q_arr.shape}"
+    trials = as_trials(trials)
+    if audited.chain is not None:
+        steps = audit_chain_rows(
+            audited.chain, _chains(p_arr, q_arr), processing, trials=trials, seed=seed, exact=exact
         )
-    p_rows, q_rows = np.atleast_2d(p_arr), np.atleast_2d(q_arr)
-    rows = ((s, Sides(p_rows[s], q_rows[s], audited.processing)) for s in range(len(p_rows)))
-    (steps,) = audit_rows([audited], rows, trials=as_trials(trials), seed=seed, exact=exact)
+    else:
+        if p_arr.shape != q_arr.shape or p_arr.ndim > 2:
+            raise ValueError(
+                "p and q must have one shape, (V,) or (steps, V), got "
+                f"{p_arr.shape} and {q_arr.shape}"
+            )
+        p_rows, q_rows = np.atleast_2d(p_arr), np.atleast_2d(q_arr)
+        rows = ((s, Sides(p_rows[s], q_rows[s], audited.processing)) for s in range(len(p_rows)))
+        (steps,) = audit_rows([audited], rows, trials=trials, seed=seed, exact=exact)
     return summarise(steps, audited, significance=significance, power=power)
+
+
+def _chains(p: np.ndarray, q: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """Chains from ``p`` (γ + 1, V) and ``q`` (γ, V), or batches of them (chains, ., V)."""
+    if p.ndim == 2:
+        p, q = p[None], q[None]
+    if p.ndim != 3 or q.ndim != 3 or p.shape[0] != q.shape[0] or p.shape[1] != q.shape[1] + 1:
+        raise ValueError(
+            "a block rule audits chains: p of shape (γ + 1, V) and q of shape (γ, V) (or "
+            f"(chains, γ + 1, V) and (chains, γ, V)), got {p.shape} and {q.shape}"
+        )
+    return [(c, p[c], q[c]) for c in range(p.shape[0])]
 
 
 def dump_rows(
@@ -138,8 +159,12 @@ def audit_rules(
     power: float = 0.99,
     exact: bool = True,
     progress: Callable[[int], object] | None = None,
+    gamma: int = 3,
 ) -> list[AuditResult]:
     """:func:`audit_dump` of several rules, each step read and processed once for all.
+
+    Block rules (:data:`otbound.engines.CHAIN_RULES`) are audited on chains of ``gamma + 1``
+    consecutive steps of one prompt (:func:`dump_chains`), the others on every step.
 
     Returns
     -------
@@ -151,12 +176,46 @@ def audit_rules(
     source = _open(dump)
     if max_steps is not None and max_steps < 1:
         raise ValueError(f"max_steps must be at least 1, got {max_steps}")
-    rows = dump_rows(source, processing, max_steps, progress)
-    per_rule = audit_rows(audited, rows, trials=as_trials(trials), seed=seed, exact=exact)
-    return [
-        summarise(steps, rule, significance=significance, power=power)
-        for steps, rule in zip(per_rule, audited, strict=True)
-    ]
+    trials = as_trials(trials)
+    single = [a for a in audited if a.chain is None]
+    rows: dict[str, list[dict[str, Any]]] = {}
+    if single:
+        found = dump_rows(source, processing, max_steps, progress)
+        per_rule = audit_rows(single, found, trials=trials, seed=seed, exact=exact)
+        rows.update((a.name, r) for a, r in zip(single, per_rule, strict=True))
+    for a in audited:
+        if a.chain is not None:
+            chains = dump_chains(source, gamma, max_steps)
+            rows[a.name] = audit_chain_rows(
+                a.chain, chains, processing, trials=trials, seed=seed, exact=exact
+            )
+    return [summarise(rows[a.name], a, significance=significance, power=power) for a in audited]
+
+
+def dump_chains(
+    dump: Dump, gamma: int, max_steps: int | None = None
+) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """Chains of ``γ + 1`` consecutive steps of one prompt from the dump's first ``max_steps``
+    steps, not overlapping: ``(first step, P rows (γ + 1, V), Q rows (γ, V))``, read at
+    temperature 1 without filters (the on-path laws of a context-independent model)."""
+    if gamma < 1:
+        raise ValueError(f"gamma must be at least 1, got {gamma}")
+    left = dump.num_steps if max_steps is None else max_steps
+    for key in range(len(dump)):
+        if left <= 0:
+            return
+        shard = dump.read_shard(key).head(left)
+        rows = shard.distributions(1.0)
+        prompt = shard.metadata["prompt_id"].to_numpy()[rows.kept]
+        start = 0
+        while start + gamma + 1 <= len(rows.step):
+            span = slice(start, start + gamma + 1)
+            if (prompt[span] == prompt[start]).all():
+                yield int(rows.step[start]), rows.target[span], rows.draft[start : start + gamma]
+                start += gamma + 1
+            else:
+                start += 1
+        left -= shard.num_steps
 
 
 def audit_dump(rule: object, dump: object = None, *args: Any, **kwargs: Any) -> AuditResult:
@@ -170,7 +229,7 @@ def audit_dump(rule: object, dump: object = None, *args: Any, **kwargs: Any) -> 
         A dump (directory or single file), or an open :class:`~otbound.dumps.Dump`.
     *args, **kwargs
         ``n``, ``design``, ``temperature``, ``top_k``, ``top_p``, ``max_steps``, ``trials``,
-        ``seed``, ``significance``, ``power``, ``exact``, ``progress`` as in
+        ``seed``, ``significance``, ``power``, ``exact``, ``progress``, ``gamma`` as in
         :func:`audit_rules`.
 
     Returns

@@ -82,7 +82,7 @@ class AuditResult:
     Attributes
     ----------
     rule : str
-    kind : {"engine", "verifier", "function"}
+    kind : {"engine", "chain", "verifier", "function"}
     design : str
     n : int
     processing : str
@@ -95,6 +95,10 @@ class AuditResult:
     tv : float
         Mean over the steps of ``TV(L, P)`` (exact), or of its plug-in estimate.
     tv_max : float
+    tv_bounds : (float, float)
+        Mean over the steps of the 95 % bounds on each step's ``TV`` (both ``tv`` where exact;
+        Bretagnolle–Huber–Carol bounds over the test's bins where Monte Carlo, the plug-in
+        ``tv`` being biased upwards by sampling noise).
     tv_detectable : float
         ``0`` when every step is exact; else the mean ``TV`` the pooled test detects with
         probability :attr:`power`.
@@ -121,6 +125,7 @@ class AuditResult:
     lossless: bool
     tv: float
     tv_max: float
+    tv_bounds: tuple[float, float]
     tv_detectable: float
     p_value: float
     acceptance: float
@@ -166,6 +171,8 @@ class AuditResult:
             "lossless": self.lossless,
             "tv": self.tv,
             "tv_max": self.tv_max,
+            "tv_lower": self.tv_bounds[0],
+            "tv_upper": self.tv_bounds[1],
             "tv_detectable": self.tv_detectable,
             "p_value": self.p_value,
             "acceptance": self.acceptance,
@@ -276,7 +283,11 @@ def summarise(
         dof, statistic = int(part["dof"].sum()), float(part["statistic"].sum())
         from scipy.special import chdtrc  # chi-square survival
 
-        p_value = float(chdtrc(dof, statistic)) if dof > 0 else 1.0
+        # a step with an output outside the target's support failed outright (statistic inf)
+        if not math.isfinite(statistic):
+            p_value = 0.0
+        else:
+            p_value = float(chdtrc(dof, statistic)) if dof > 0 else 1.0
         tv_detectable = detectable_tv(dof, int(part["trials"].sum()), significance, power)
         lossless = (
             lossless and p_value >= significance and bool((part["p_value"] >= per_step).all())
@@ -293,6 +304,7 @@ def summarise(
         lossless=lossless,
         tv=float(steps["tv"].mean()),
         tv_max=float(steps["tv"].max()),
+        tv_bounds=(float(steps["tv_lower"].mean()), float(steps["tv_upper"].mean())),
         tv_detectable=tv_detectable,
         p_value=p_value,
         acceptance=float(steps["acceptance"].mean()),

@@ -2,6 +2,8 @@ r"""What the audit can audit, behind one interface: engine rules, verifiers, pla
 
 * an :class:`~otbound.engines.EngineRule` (or its name): it processes each side its own way;
   its output law is exact (:meth:`~otbound.engines.EngineRule.law_of`);
+* a block rule on chains (:class:`~otbound.engines.ChainRule`, or its name): audited on
+  drafted chains (:mod:`otbound.audits._chains`);
 * a verifier with the otbound protocol (or a name in :data:`otbound.VERIFIERS`): it gets both
   sides processed alike, and is simulated;
 * a plain function ``verify(drafts, p, q, rng) -> token``: likewise, one call per trial; an
@@ -23,7 +25,16 @@ import numpy as np
 
 from otbound._checks import as_num_drafts
 from otbound.drafts import DraftDesign, get_design
-from otbound.engines import ENGINE_RULES, EngineRule, Processing, Sides, get_engine_rule
+from otbound.engines import (
+    CHAIN_RULES,
+    ENGINE_RULES,
+    ChainRule,
+    EngineRule,
+    Processing,
+    Sides,
+    get_chain_rule,
+    get_engine_rule,
+)
 from otbound.verifiers import VERIFIERS, get_verifier
 
 __all__ = ["MAX_ENUMERATED", "Audited", "as_audited"]
@@ -39,7 +50,7 @@ class Audited:
     Attributes
     ----------
     name : str
-    kind : {"engine", "verifier", "function"}
+    kind : {"engine", "chain", "verifier", "function"}
     spec : DraftDesign
         The design its drafts are drawn with.
     n : int
@@ -55,6 +66,7 @@ class Audited:
     processing: Processing
     declared: bool | None
     engine: EngineRule | None = None
+    chain: ChainRule | None = None
     verifier: Any = None
     function: Callable[..., Any] | None = None
     records: list[bool] = field(default_factory=list, repr=False)
@@ -258,15 +270,23 @@ def as_audited(
                 top_p=processing.top_p,
                 **options,
             )
+        elif rule in CHAIN_RULES:
+            rule = get_chain_rule(rule)
         elif rule in VERIFIERS:
             rule = get_verifier(rule, **({} if design is None else {"design": design}))
         else:
             raise ValueError(
-                f"unknown rule {rule!r}: an engine rule ({', '.join(ENGINE_RULES)}), a "
-                f"verifier ({', '.join(VERIFIERS)}), or a function verify(drafts, p, q, rng)"
+                f"unknown rule {rule!r}: an engine rule "
+                f"({', '.join(ENGINE_RULES + CHAIN_RULES)}), a verifier "
+                f"({', '.join(VERIFIERS)}), or a function verify(drafts, p, q, rng)"
             )
     if isinstance(rule, EngineRule):
         return _engine(rule, processing, n, design)
+    if isinstance(rule, ChainRule):
+        if design is not None or n is not None:
+            raise ValueError(f"block rule {rule.name!r} drafts one chain: no n or design to set")
+        spec = get_design("iid")
+        return Audited(rule.name, "chain", spec, 1, processing, rule.lossless, chain=rule)
     name = str(getattr(rule, "name", getattr(rule, "__name__", type(rule).__name__)))
     has_protocol = hasattr(rule, "design") and callable(getattr(rule, "simulate", None))
     if has_protocol:

@@ -43,7 +43,7 @@ PARTS = "parts"
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     """The argument parser (see ``--help``)."""
-    from otbound.engines import ENGINE_RULES
+    from otbound.engines import CHAIN_RULES, ENGINE_RULES
 
     parser = OneLineParser(
         prog=prog,
@@ -61,11 +61,13 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         action="append",
         default=None,
         metavar="NAME|FILE.py:FUNCTION",
-        help=f"a rule: an engine rule ({', '.join(ENGINE_RULES)}), a verifier name, or a "
-        "function verify(drafts, p, q, rng) -> token in a file; repeat or comma-separate "
-        "(default: every engine rule)",
+        help=f"a rule: an engine rule ({', '.join(ENGINE_RULES + CHAIN_RULES)}), a verifier "
+        "name, or a function verify(drafts, p, q, rng) -> token in a file; repeat or "
+        "comma-separate (default: every engine rule; the block rules on chains of --gamma "
+        "drafts from consecutive steps)",
     )
     parser.add_argument("--n", type=int, default=None, help="drafts (default: each rule's own)")
+    parser.add_argument("--gamma", type=int, default=3, help="drafts per chain of the block rules")
     parser.add_argument("--design", default=None, help="draft design (default: each rule's own)")
     parser.add_argument(
         "--temperature",
@@ -120,10 +122,10 @@ def load_rule(text: str) -> object:
 
 def rules_of(args: argparse.Namespace) -> list[object]:
     """The rules named by ``--rule`` (default: every engine rule)."""
-    from otbound.engines import ENGINE_RULES
+    from otbound.engines import CHAIN_RULES, ENGINE_RULES
 
     texts = [t.strip() for entry in (args.rule or []) for t in entry.split(",") if t.strip()]
-    return [load_rule(t) for t in texts] if texts else list(ENGINE_RULES)
+    return [load_rule(t) for t in texts] if texts else [*ENGINE_RULES, *CHAIN_RULES]
 
 
 def settings(args: argparse.Namespace, temperature: float) -> dict[str, Any]:
@@ -132,6 +134,7 @@ def settings(args: argparse.Namespace, temperature: float) -> dict[str, Any]:
         "dump": str(args.dump),
         "rules": args.rule,
         "n": args.n,
+        "gamma": args.gamma,
         "design": args.design,
         "temperature": temperature,
         "top_k": args.top_k,
@@ -185,6 +188,7 @@ def run_temperature(
             power=args.power,
             exact=not args.monte_carlo,
             progress=bar.update,
+            gamma=args.gamma,
         )
     summary = pd.DataFrame([{"temperature": temperature, **r.summary()} for r in results])
     steps = pd.concat(
@@ -253,7 +257,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     args = build_parser(prog).parse_args(argv)
 
     def work() -> int:
-        for option in ("max_steps", "trials"):
+        for option in ("max_steps", "trials", "gamma"):
             value = getattr(args, option)
             if value is not None and value < 1:
                 raise CommandError(f"--{option.replace('_', '-')} must be at least 1, got {value}")

@@ -21,6 +21,10 @@ rule                       engine      design       lossless
 ``sglang_target_only``     sglang      topk         yes (thresholds 1): ``α = P(T)``
 ``sglang_relaxed``         sglang      topk         no: ``threshold_acc`` 0.5
 =========================  ==========  ===========  =========================================
+
+Block rules on drafted chains (:data:`CHAIN_RULES`, sequence verifiers,
+:mod:`otbound.engines.blocks`): ``vllm_block`` (vLLM's block verification, lossless) and
+``ascend_block`` (a port before its fix, lossy).
 """
 
 from typing import TYPE_CHECKING
@@ -29,14 +33,35 @@ from otbound import _lazy_exports
 
 if TYPE_CHECKING:
     from otbound.engines._base import EngineRule, Processing, Sides
-    from otbound.engines.registry import ENGINE_RULES, get_engine_rule
+    from otbound.engines.blocks import ChainRule
+    from otbound.engines.registry import (
+        CHAIN_RULES,
+        ENGINE_RULES,
+        get_chain_rule,
+        get_engine_rule,
+    )
 else:
     __getattr__, __dir__ = _lazy_exports(
         __name__,
         {
             "otbound.engines._base": ("EngineRule", "Processing", "Sides"),
-            "otbound.engines.registry": ("ENGINE_RULES", "get_engine_rule"),
+            "otbound.engines.blocks": ("ChainRule",),
+            "otbound.engines.registry": (
+                "CHAIN_RULES",
+                "ENGINE_RULES",
+                "get_chain_rule",
+                "get_engine_rule",
+            ),
         },
     )
 
-__all__ = ["ENGINE_RULES", "EngineRule", "Processing", "Sides", "get_engine_rule"]
+__all__ = [
+    "CHAIN_RULES",
+    "ENGINE_RULES",
+    "ChainRule",
+    "EngineRule",
+    "Processing",
+    "Sides",
+    "get_chain_rule",
+    "get_engine_rule",
+]

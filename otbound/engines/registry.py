@@ -6,13 +6,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from otbound.engines._base import EngineRule, Processing
+from otbound.engines.blocks import AscendBlock, ChainRule, VllmBlock
 from otbound.engines.llamacpp import LlamaExample, LlamaSampleMatch
 from otbound.engines.mismatch import DraftFiltersOnly
 from otbound.engines.sglang import SglangTargetOnly
 from otbound.engines.transformers import HFArgmaxRawQ, HFAssisted, HFRawQ
 from otbound.engines.vllm import VllmOneHot, VllmRejection, VllmStrictMatch, VllmTypical
 
-__all__ = ["ENGINE_RULES", "RELAXED_THRESHOLD_ACC", "get_engine_rule"]
+__all__ = [
+    "CHAIN_RULES",
+    "ENGINE_RULES",
+    "RELAXED_THRESHOLD_ACC",
+    "get_chain_rule",
+    "get_engine_rule",
+]
 
 #: ``threshold_acc`` of the shipped ``sglang_relaxed`` (an illustrative setting below the
 #: default 1; the server takes any value in (0, 1]).
@@ -80,3 +87,21 @@ def get_engine_rule(
     if name != cls.name:
         rule.name = name  # type: ignore[misc]  # a shipped setting of a class: its own name
     return rule
+
+
+#: Block rules on drafted chains (sequence verifiers, :mod:`otbound.engines.blocks`).
+CHAIN_RULES: tuple[str, ...] = ("vllm_block", "ascend_block")
+
+
+def get_chain_rule(name: str) -> ChainRule:
+    """A block rule by name (one of :data:`CHAIN_RULES`).
+
+    Examples
+    --------
+    >>> get_chain_rule("vllm_block").lossless
+    True
+    """
+    classes = {"vllm_block": VllmBlock, "ascend_block": AscendBlock}
+    if name not in classes:
+        raise ValueError(f"unknown chain rule {name!r}; valid: {', '.join(CHAIN_RULES)}")
+    return classes[name]()
