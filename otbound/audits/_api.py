@@ -13,7 +13,7 @@ from otbound._checks import as_distribution_pair
 from otbound.audits._audit import DEFAULT_TRIALS, AuditResult, audit_rows, summarise
 from otbound.audits._chains import audit_chain_rows
 from otbound.audits._rules import as_audited
-from otbound.dumps import Dump, open_dump
+from otbound.dumps import Dump, ShardData, StepDistributions, open_dump
 from otbound.engines import Processing, Sides
 from otbound.evaluate import SIGNIFICANCE
 from otbound.verifiers.base import as_trials
@@ -122,6 +122,17 @@ def _chains(p: np.ndarray, q: np.ndarray) -> list[tuple[int, np.ndarray, np.ndar
     return [(c, p[c], q[c]) for c in range(p.shape[0])]
 
 
+def _read(dump: Dump, max_steps: int | None) -> Iterator[tuple[ShardData, StepDistributions]]:
+    """Each shard of the dump's first ``max_steps`` steps and its rows at temperature 1."""
+    left = dump.num_steps if max_steps is None else max_steps
+    for key in range(len(dump)):
+        if left <= 0:
+            return
+        shard = dump.read_shard(key).head(left)
+        yield shard, shard.distributions(1.0)
+        left -= shard.num_steps
+
+
 def dump_rows(
     dump: Dump,
     processing: Processing,
@@ -130,17 +141,11 @@ def dump_rows(
 ) -> Iterator[tuple[int, Sides]]:
     """``(step id, Sides)`` for the dump's first ``max_steps`` steps (default: all), read at
     temperature 1 without filters; ``progress(1)`` after each step."""
-    left = dump.num_steps if max_steps is None else max_steps
-    for key in range(len(dump)):
-        if left <= 0:
-            return
-        shard = dump.read_shard(key).head(left)
-        rows = shard.distributions(1.0)
+    for _, rows in _read(dump, max_steps):
         for step, p_row, q_row in zip(rows.step, rows.target, rows.draft, strict=True):
             yield int(step), Sides(p_row, q_row, processing)
             if progress is not None:
                 progress(1)
-        left -= shard.num_steps
 
 
 def audit_rules(
@@ -200,12 +205,7 @@ def dump_chains(
     temperature 1 without filters (the on-path laws of a context-independent model)."""
     if gamma < 1:
         raise ValueError(f"gamma must be at least 1, got {gamma}")
-    left = dump.num_steps if max_steps is None else max_steps
-    for key in range(len(dump)):
-        if left <= 0:
-            return
-        shard = dump.read_shard(key).head(left)
-        rows = shard.distributions(1.0)
+    for shard, rows in _read(dump, max_steps):
         prompt = shard.metadata["prompt_id"].to_numpy()[rows.kept]
         start = 0
         while start + gamma + 1 <= len(rows.step):
@@ -215,7 +215,6 @@ def dump_chains(
                 start += gamma + 1
             else:
                 start += 1
-        left -= shard.num_steps
 
 
 def audit_dump(rule: object, dump: object = None, *args: Any, **kwargs: Any) -> AuditResult:

@@ -31,12 +31,16 @@ Each rule has its per-trial ``_verify`` (read against the source) and a vectoris
 from __future__ import annotations
 
 import numpy as np
+from numpy.random import Generator
 
 from otbound.sequence._base import Drafts, Emitted, SequenceVerifier, positive_part
 from otbound.sequence._choices import Chooser, RandomChooser
 from otbound.sequence._models import SequenceModel
 
 __all__ = ["AscendBlock", "ChainRule", "VllmBlock"]
+
+#: The on-path rows of a chain: target ``(γ + 1, V)`` and draft ``(γ, V)``.
+Rows = tuple[np.ndarray, np.ndarray]
 
 
 class ChainRule(SequenceVerifier):
@@ -66,7 +70,7 @@ class ChainRule(SequenceVerifier):
         gamma = q.shape[0]
         drafts = np.stack([_draw(q[i], rng, trials) for i in range(gamma)], axis=1)
         ratio = _ratios(p[:gamma], q, drafts)
-        tau = self._accepted(p, q, drafts, ratio, rng)
+        tau = self._accepted((p, q), ratio, rng)
         weights = self._weights_at(ratio, tau)
         out = np.empty((trials, gamma + 1), dtype=np.int64)
         for i in range(gamma + 1):
@@ -83,14 +87,9 @@ class ChainRule(SequenceVerifier):
         """The weight the correction after ``τ`` scales the target by (1 by default)."""
         return np.ones(tau.size)
 
-    def _accepted(
-        self,
-        p: np.ndarray,
-        q: np.ndarray,
-        drafts: np.ndarray,
-        ratio: np.ndarray,
-        rng: np.random.Generator,
-    ) -> np.ndarray:
+    def _accepted(self, rows: Rows, ratio: np.ndarray, rng: Generator) -> np.ndarray:
+        """``τ``, the accepted drafts of each trial (trials,), from the rows ``(P, Q)`` and the
+        drafts' ratios ``P_i(x_i) / Q_i(x_i)``."""
         raise NotImplementedError
 
     def _correction(
@@ -164,17 +163,11 @@ class VllmBlock(ChainRule):
         denominator = mass + 1.0 - weight
         return mass / denominator if denominator > 0.0 else 1.0
 
-    def _accepted(
-        self,
-        p: np.ndarray,
-        q: np.ndarray,
-        drafts: np.ndarray,
-        ratio: np.ndarray,
-        rng: np.random.Generator,
-    ) -> np.ndarray:
+    def _accepted(self, rows: Rows, ratio: np.ndarray, rng: Generator) -> np.ndarray:
+        p, q = rows
         gamma = q.shape[0]
         weights = _running_weights(ratio)
-        tau = np.zeros(drafts.shape[0], dtype=np.int64)
+        tau = np.zeros(ratio.shape[0], dtype=np.int64)
         for i in range(1, gamma + 1):
             w = weights[:, i]
             if i == gamma:
@@ -238,14 +231,7 @@ class AscendBlock(ChainRule):
         assert draft is not None
         return (*drafts[:tau], chooser.categorical(np.maximum(target - draft, 0.0)))
 
-    def _accepted(
-        self,
-        p: np.ndarray,
-        q: np.ndarray,
-        drafts: np.ndarray,
-        ratio: np.ndarray,
-        rng: np.random.Generator,
-    ) -> np.ndarray:
+    def _accepted(self, rows: Rows, ratio: np.ndarray, rng: Generator) -> np.ndarray:
         pi = np.cumprod(np.minimum(1.0, ratio), axis=1)
         coins = np.cumprod(rng.random(ratio.shape), axis=1)
         legal = pi >= coins
