@@ -43,6 +43,22 @@ def test_law_and_acceptance_equal_brute_force(name):
     assert checked >= 20
 
 
+@pytest.mark.parametrize(("single", "acc"), [(0.3, 1.0), (0.2, 0.6), (1.0, 0.4)])
+def test_sglang_thresholds_equal_brute_force(single, acc):
+    """Both thresholds below 1, so that ``threshold_single`` decides some siblings."""
+    hits = 0
+    for seed in range(6):
+        p, q = random_pair(seed)
+        rule = get_engine_rule("sglang_target_only", threshold_single=single, threshold_acc=acc)
+        for n in (1, 2, 3):
+            law, acceptance = oracle("sglang_target_only", p.tolist(), q.tolist(), n=n,
+                                     threshold_single=single, threshold_acc=acc)  # fmt: skip
+            assert np.abs(rule.output_law(p, q, n) - law).max() <= 1e-12
+            assert rule.acceptance(p, q, n) == pytest.approx(acceptance, abs=1e-12)
+            hits += int((p[np.argsort(-q, kind="stable")[:n]] >= single).any())
+    assert hits > 0 or single == 1.0
+
+
 @pytest.mark.parametrize("name", ENGINE_RULES)
 def test_law_given_drafts_sums_to_the_closed_form(name):
     p, q = random_pair(11)
