@@ -1,28 +1,31 @@
-r"""The optimal-transport (OTM) verifier: sample ``Y`` from an optimal plan of the set LP.
+r"""The optimal verifier: a verifier whose acceptance is ``α*``, at any vocabulary where it can.
 
-For any draft design, :func:`otbound.bounds.primal.solve_primal` returns an optimal
-membership plan ``C[S, y]`` (``y ∈ S``) of
+Two constructions, both lossless by construction:
 
-.. math::
+* **the level rule** (:mod:`otbound.selection`), for i.i.d. drafts at any ``n``: a rule selects
+  one draft with an exactly known marginal ``r``, then single-draft speculative sampling
+  tests it against ``p`` with ``r`` as the draft; the rule is built so that
+  ``Σ min(p, r) = α*``, in ``O(V log V)`` per step (no LP, no enumeration);
+* **the plan of the set LP**, for every design at small vocabularies: for any draft design,
+  :func:`otbound.bounds.primal.solve_primal` returns an optimal membership plan
+  ``C[S, y]`` (``y ∈ S``) of
 
-    α^* = \max_{C ≥ 0} \sum_S \sum_{y ∈ S} C[S, y]
-    \quad\text{s.t.}\quad \sum_{y∈S} C[S, y] ≤ Q(S),\quad \sum_{S ∋ y} C[S, y] ≤ p(y),
+  .. math::
 
-over the sets ``S`` of distinct drafts. Given drafts ``x̄`` with set ``S``, the verifier outputs
-``y ∈ S`` with probability ``C[S, y] / Q(S)`` and otherwise (probability
-``ℓ_S = 1 − Σ_y C[S, y] / Q(S)``) samples the residual ``r ∝ p − Σ_S C[S, ·]``. The output is
-``Σ_S C[S, ·] + (1 − ΣC) r = p`` exactly, and
+      α^* = \max_{C ≥ 0} \sum_S \sum_{y ∈ S} C[S, y]
+      \quad\text{s.t.}\quad \sum_{y∈S} C[S, y] ≤ Q(S),\quad \sum_{S ∋ y} C[S, y] ≤ p(y),
 
-.. math::
+  over the sets ``S`` of distinct drafts. Given drafts ``x̄`` with set ``S``, the verifier
+  outputs ``y ∈ S`` with probability ``C[S, y] / Q(S)`` and otherwise (probability
+  ``ℓ_S = 1 − Σ_y C[S, y] / Q(S)``) samples the residual ``r ∝ p − Σ_S C[S, ·]``. The output
+  is ``Σ_S C[S, ·] + (1 − ΣC) r = p`` exactly, and ``α = ΣC + Σ_S Q(S) ℓ_S r(S) = α*``,
+  since at an optimum a set with leftover mass has ``r = 0`` on its tokens (otherwise the
+  plan could be augmented). The draft tuples are enumerated, so this construction applies
+  when the design has at most :data:`MAX_TUPLES` tuples (``V^n`` for ``iid``; ``O(V)`` for
+  ``greedy``, ``topk``, ``hub``).
 
-    α = \sum C + \sum_S Q(S)\, ℓ_S\, r(S) = α^*,
-
-since at an optimum a set with leftover mass has ``r = 0`` on its tokens (otherwise the plan
-could be augmented). :meth:`OptimalTransport.acceptance` returns the left side evaluated on the
-plan actually used (HiGHS's tolerance slack removed), which equals ``α*`` to rounding.
-
-The draft tuples are enumerated, so this verifier applies when the design has at most
-:data:`MAX_TUPLES` tuples (``V^n`` for ``iid``; ``O(V)`` for ``greedy``, ``topk``, ``hub``).
+``OptimalTransport(design, method="auto")`` takes the level rule where it exists and the LP
+plan otherwise; ``method="levels"`` or ``"lp"`` asks for one of them.
 """
 
 from __future__ import annotations
@@ -33,9 +36,13 @@ import numpy as np
 
 from otbound._checks import clip_rounding
 from otbound.drafts import DESIGNS, DraftDesign, Greedy, Hub, TopK, num_tuples
+from otbound.selection import SelectionRule, has_level_rule, level_rule
 from otbound.verifiers.base import BaseVerifier, sample_tokens
 
-__all__ = ["MAX_TUPLES", "OptimalPlan", "OptimalTransport"]
+__all__ = ["MAX_TUPLES", "METHODS", "OptimalPlan", "OptimalTransport"]
+
+#: The constructions of :class:`OptimalTransport`.
+METHODS: tuple[str, ...] = ("auto", "levels", "lp")
 
 #: Largest number of draft tuples (``V^n`` for ``iid``) the optimal verifier enumerates.
 MAX_TUPLES = 200_000
@@ -110,27 +117,59 @@ def _tuple_count(design: DraftDesign, q: np.ndarray, n: int) -> float:
 
 
 class OptimalTransport(BaseVerifier):
-    """The optimal verifier for any design: ``Y`` from the LP plan's conditional; ``α = α*``.
+    """The optimal verifier for any design: acceptance ``α*``, lossless by construction.
 
     Parameters
     ----------
     design : str, default "iid"
         Any of :data:`otbound.DESIGNS`.
+    method : {"auto", "levels", "lp"}, default "auto"
+        ``"levels"``: the level rule (:func:`otbound.selection.level_rule`; i.i.d. drafts,
+        any vocabulary); ``"lp"``: a draft from the set LP's plan (any design, at most
+        :data:`MAX_TUPLES` draft tuples); ``"auto"``: the level rule where it exists, else
+        the LP plan.
     """
 
     name = "optimal"
     default_design = "iid"
     designs = DESIGNS
 
+    def __init__(self, design: str | DraftDesign | None = None, method: str = "auto") -> None:
+        super().__init__(design)
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+        self.method = method
+
+    def __repr__(self) -> str:
+        return f"<verifier {self.name!r} design={self.design!r} method={self.method!r}>"
+
+    def has_default_settings(self) -> bool:
+        return self.method == "auto"
+
+    def uses_levels(self, n: int) -> bool:
+        """Whether this verifier runs the level rule at ``n`` drafts (else the LP plan)."""
+        return self.method != "lp" and has_level_rule(self.design, n)
+
     def _applies(self, p: np.ndarray, q: np.ndarray, n: int) -> bool:
-        return _tuple_count(self._spec, q, n) <= MAX_TUPLES
+        if self.uses_levels(n):
+            return True
+        return self.method != "levels" and _tuple_count(self._spec, q, n) <= MAX_TUPLES
 
     def _not_applicable_message(self, p: np.ndarray, q: np.ndarray, n: int) -> str:
+        if self.method == "levels":
+            return (
+                f"the optimal verifier's level rule covers i.i.d. drafts; design "
+                f"{self.design!r} at n={n} needs method='lp' (small vocabularies)"
+            )
         return (
-            f"the optimal verifier enumerates the draft tuples: V={p.shape[-1]}, n={n} "
-            f"(design {self.design!r}) gives {_tuple_count(self._spec, q, n):.3g} tuples, above "
-            f"otbound.verifiers.optimal.MAX_TUPLES={MAX_TUPLES}"
+            f"the optimal verifier's LP plan enumerates the draft tuples: V={p.shape[-1]}, "
+            f"n={n} (design {self.design!r}) gives {_tuple_count(self._spec, q, n):.3g} "
+            f"tuples, above otbound.verifiers.optimal.MAX_TUPLES={MAX_TUPLES}"
         )
+
+    def rule(self, p: np.ndarray, q: np.ndarray, n: int) -> SelectionRule:
+        """The level rule of a step (validated inputs), built once per step."""
+        return self._memo("rule", p, q, n, lambda: level_rule(p, q, n, self.design))
 
     def plan(self, p: np.ndarray, q: np.ndarray, n: int) -> OptimalPlan:
         """Solve the set LP and build the sampling tables (validated inputs)."""
@@ -168,6 +207,8 @@ class OptimalTransport(BaseVerifier):
         )
 
     def _acceptance(self, p: np.ndarray, q: np.ndarray, n: int) -> float | None:
+        if self.uses_levels(n):
+            return self.rule(p, q, n).acceptance(p)
         plan = self.plan(p, q, n)
         valid = plan.sets >= 0
         on_set = np.where(valid, plan.residual[np.where(valid, plan.sets, 0)], 0.0).sum(axis=1)
@@ -177,6 +218,8 @@ class OptimalTransport(BaseVerifier):
     def _verify_one(
         self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
     ) -> int:
+        if self.uses_levels(len(drafts)):
+            return int(self.rule(p, q, len(drafts)).verify(drafts[None, :], p, rng)[0])
         plan = self.plan(p, q, len(drafts))
         row = int(plan.lookup(drafts[None, :], p.size)[0])  # the set S of the drafts
         u = rng.random()
@@ -192,6 +235,8 @@ class OptimalTransport(BaseVerifier):
         trials: int
         n: int
         trials, n = drafts.shape
+        if self.uses_levels(n):
+            return self.rule(p, q, n).verify(drafts, p, rng)
         plan = self.plan(p, q, n)
         rows = plan.lookup(drafts, p.size)
         cum = np.cumsum(plan.inside[rows], axis=1)

@@ -1,0 +1,115 @@
+r"""The level rule that attains ``α*`` for i.i.d. drafts at any ``n``.
+
+For i.i.d. drafts the chances of a selection rule are a base ``r`` of the polymatroid
+``f(A) = P(S ∩ A ≠ ∅) = 1 − (1 − q(A))^n`` (``r(A) ≤ f(A)``, ``r(V) = 1``), and
+``max_r Σ min(p, r) = α*``. The rule built here reaches it in ``O(V log V)``:
+
+1. **Slots.** Tokens with ``q > 0`` in decreasing ``p / q``; slot ``k`` is ``[a_k, b_k]``
+   with ``a_k = Σ_{j>k} q_j``. Its value ``v_k = (b_k^n − a_k^n) / q_k`` is the selection
+   chance per unit of ``q`` of a level inside it; alone in its slot (priority in this
+   order) token ``k`` is selected with ``q_k v_k = f(B_{k+1}) − f(B_k)`` (``B_k``: the
+   first ``k`` tokens), a vertex of the base polytope.
+2. **Target.** Fujishige's lexicographically optimal base with respect to ``p``: the
+   greatest convex minorant of the points ``(p(B_k), f(B_k))`` cuts the slots into blocks,
+   and ``r = c_j p`` on block ``j`` (``c_j`` its chord's slope, increasing in ``j``). With
+   ``A`` the blocks of slope ``≤ 1``, ``Σ min(p, r) = f(A) + p(V ∖ A) = α*`` (the sweep's
+   value at the cut ``H = V ∖ A``).
+3. **Swaps.** Inside a block, slots whose vertex mass is above ``c p`` (surplus) give
+   pieces of their slot to later slots below it (deficit), which give back as much of
+   theirs: ``μ`` of measure moves ``μ (v_i − v_k)`` of selection mass from ``i`` to ``k``,
+   and the level of one draft stays uniform on ``[0, 1]``. Surpluses come first in every
+   prefix of a block (the minorant lies below the curve), and ``v_k ≤ c p_i / q_i``,
+   ``v_i ≥ c p_k / q_k``, so each slot's pieces fit in its length.
+
+The marginal is recomputed from the pieces (:func:`~otbound.selection._kernels.level_pieces`),
+so it is the rule's own to rounding however the blocks were found. ``docs/mathematics.md`` has
+the proofs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from otbound.selection.rule import SelectionRule
+
+__all__ = ["LEVEL_RULE_DESIGNS", "has_level_rule", "level_rule"]
+
+#: The designs with a level rule that attains ``α*``, and the ``n`` each serves (None: any).
+LEVEL_RULE_DESIGNS: dict[str, int | None] = {"iid": None}
+
+
+def has_level_rule(design: str, n: int) -> bool:
+    """Whether :func:`level_rule` attains ``α*`` for this design and ``n``."""
+    if design not in LEVEL_RULE_DESIGNS:
+        return False
+    most = LEVEL_RULE_DESIGNS[design]
+    return most is None or n <= most
+
+
+def level_rule(p: np.ndarray, q: np.ndarray, n: int, design: str = "iid") -> SelectionRule:
+    r"""The level rule of one step whose selection marginal ``r`` has ``Σ min(p, r) = α*``.
+
+    Parameters
+    ----------
+    p, q : numpy.ndarray, shape (V,)
+        Validated target and draft distributions.
+    n : int
+        Number of drafts.
+    design : str, default "iid"
+        A design of :data:`LEVEL_RULE_DESIGNS`.
+
+    Returns
+    -------
+    SelectionRule
+
+    Raises
+    ------
+    ValueError
+        A design or ``n`` without a level rule.
+    """
+    if not has_level_rule(design, n):
+        raise ValueError(
+            f"no level rule attains α* for design={design!r} at n={n}; available: "
+            + ", ".join(
+                f"{d} ({'any n' if m is None else f'n ≤ {m}'})"
+                for d, m in LEVEL_RULE_DESIGNS.items()
+            )
+        )
+    return _iid_rule(p, q, n, design)
+
+
+def _iid_rule(p: np.ndarray, q: np.ndarray, n: int, design: str) -> SelectionRule:
+    """Steps 1-3 of the module docstring on the tokens with ``q > 0``."""
+    from otbound.selection._kernels import (  # numba
+        convex_minorant_blocks,
+        forward_swaps,
+        level_pieces,
+        slot_values,
+    )
+    from otbound.verifiers._step_cache import ratio_order
+
+    order = ratio_order(p, q)[::-1].copy()  # decreasing p / q, ties by decreasing id
+    q_sorted, p_sorted = q[order], p[order]
+    _, values = slot_values(q_sorted, n)
+    mass = q_sorted * values
+    if n == 1:  # one draft: it is selected, r = q
+        giver = taker = np.empty(0, dtype=np.int64)
+        measure = np.empty(0)
+    else:
+        starts = convex_minorant_blocks(p_sorted, mass)
+        giver, taker, measure = forward_swaps(values, mass, p_sorted, starts)
+    start, slot, cumulative, selected = level_pieces(q_sorted, values, giver, taker, measure)
+    position = np.full(p.size, -1, dtype=np.int64)
+    position[order] = np.arange(order.size)
+    selection = np.zeros(p.size)
+    selection[order] = selected
+    return SelectionRule(
+        design=design,
+        n=n,
+        order=order,
+        position=position,
+        start=start,
+        slot=slot,
+        cumulative=cumulative,
+        selection=selection,
+    )

@@ -1,0 +1,261 @@
+"""The optimal verifier's level rule: acceptance α* at any vocabulary, lossless exactly.
+
+Oracles: the sweep (``optimal_acceptance``), the set LP (``method="lp"``), POT's exact transport
+on the enumerated draft tuples, and the rule's output law enumerated exactly (every draft tuple,
+every choice of level pieces, ties in a slot split evenly), independent of the slot values the
+rule's marginal is computed from.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import ot
+import pytest
+
+import otbound as ob
+from otbound.audits import detectable_tv
+from otbound.selection import has_level_rule, level_rule, single_draft_test
+from otbound.verifiers.optimal import OptimalTransport
+
+
+def _rows(rng: np.random.Generator, vocab: int, kind: int) -> tuple[np.ndarray, np.ndarray]:
+    """Random and extreme steps: Dirichlet, peaked, log-normal with masses to 1e-300, p = q,
+    disjoint supports, zeros on both sides, tied ratios."""
+    if kind == 0:
+        return rng.dirichlet(np.ones(vocab)), rng.dirichlet(np.ones(vocab))
+    if kind == 1:
+        return rng.dirichlet(np.full(vocab, 0.1)), rng.dirichlet(np.full(vocab, 0.1))
+    if kind == 2:
+        x, y = np.exp(rng.normal(size=(2, vocab)) * 60.0)
+        x[rng.random(vocab) < 0.3] = 1e-300
+        return x / x.sum(), y / y.sum()
+    if kind == 3:
+        p = rng.dirichlet(np.ones(vocab))
+        return p, p.copy()
+    if kind == 4 and vocab >= 2:
+        half = vocab // 2
+        p, q = np.zeros(vocab), np.zeros(vocab)
+        p[:half] = rng.dirichlet(np.ones(half))
+        q[half:] = rng.dirichlet(np.ones(vocab - half))
+        return p, q
+    if kind == 5:
+        q = rng.dirichlet(np.ones(vocab))
+        return np.full(vocab, 1.0 / vocab), q  # tied ratios within p
+    p, q = rng.dirichlet(np.ones(vocab)), rng.dirichlet(np.ones(vocab))
+    p[rng.random(vocab) < 0.3] = 0.0
+    q[rng.random(vocab) < 0.3] = 0.0
+    p[0] += p.sum() == 0
+    q[-1] += q.sum() == 0
+    return p / p.sum(), q / q.sum()
+
+
+def _race(rule, drafts: tuple[int, ...]) -> np.ndarray:
+    """P(each draft is selected), enumerated: each draft's piece (slot) with its share, the
+    highest slot wins, ties in one slot split evenly (uniform places)."""
+    n = len(drafts)
+    out = np.zeros(n)
+    choices = []
+    for token in drafts:
+        k = rule.position[token]
+        lo, hi = rule.start[k], rule.start[k + 1]
+        shares = np.diff(np.concatenate([[0.0], rule.cumulative[lo:hi]]))
+        choices.append(list(zip(rule.slot[lo:hi], shares, strict=True)))
+    for combo in itertools.product(*choices):
+        weight = np.prod([share for _, share in combo])
+        top = min(slot for slot, _ in combo)
+        winners = [j for j, (slot, _) in enumerate(combo) if slot == top]
+        for j in winners:
+            out[j] += weight / len(winners)
+    return out
+
+
+def _enumerated_selection(rule, q: np.ndarray, n: int) -> np.ndarray:
+    """The true selection marginal over every i.i.d. draft tuple."""
+    live = np.flatnonzero(q > 0)
+    selected = np.zeros(q.size)
+    for drafts in itertools.product(live, repeat=n):
+        chance = np.prod(q[list(drafts)])
+        for j, share in enumerate(_race(rule, drafts)):
+            selected[drafts[j]] += chance * share
+    return selected
+
+
+def _output_law(p: np.ndarray, r_true: np.ndarray, r_rule: np.ndarray) -> np.ndarray:
+    """The law of the single-draft test of a selection with true marginal ``r_true`` when the
+    test uses ``r_rule``: kept with ``min(1, p/r_rule)``, else the residual of ``r_rule``."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        keep = np.where(r_rule > 0, np.minimum(1.0, p / r_rule), 0.0)
+    rest = np.maximum(p - r_rule, 0.0)
+    rest = rest / rest.sum() if rest.sum() > 0 else p
+    return r_true * keep + np.sum(r_true * (1 - keep)) * rest
+
+
+@pytest.mark.parametrize("kind", range(7))
+def test_acceptance_is_alpha_star_on_random_and_extreme_rows(kind):
+    rng = np.random.default_rng(kind)
+    worst = 0.0
+    for _ in range(60):
+        p, q = _rows(rng, int(rng.integers(1, 30)), kind)
+        for n in (1, 2, 3, 4, 8):
+            rule = level_rule(p, q, n)
+            worst = max(worst, abs(rule.acceptance(p) - ob.optimal_acceptance(p, q, n=n)))
+            assert rule.selection.sum() == pytest.approx(1.0, abs=1e-12)
+    assert worst < 1e-12
+
+
+@pytest.mark.parametrize("kind", range(7))
+def test_acceptance_equals_the_set_lp_and_pot(kind):
+    rng = np.random.default_rng(100 + kind)
+    levels, lp = OptimalTransport(method="levels"), OptimalTransport(method="lp")
+    for _ in range(6):
+        p, q = _rows(rng, int(rng.integers(2, 6)), kind)
+        for n in (1, 2, 3, 4):
+            value = levels.acceptance(p, q, n)
+            assert value == pytest.approx(lp.acceptance(p, q, n), abs=1e-7)  # HiGHS
+            if n <= 3:
+                tuples = np.array(list(itertools.product(range(p.size), repeat=n)))
+                chance = np.prod(q[tuples], axis=1)
+                cost = 1.0 - (tuples[:, :, None] == np.arange(p.size)).any(axis=1)
+                assert value == pytest.approx(1.0 - ot.emd2(chance, p, cost), abs=1e-9)
+
+
+@pytest.mark.parametrize("kind", range(7))
+def test_the_selection_marginal_is_the_rules_own_and_the_output_is_p(kind):
+    rng = np.random.default_rng(200 + kind)
+    for _ in range(5):
+        p, q = _rows(rng, int(rng.integers(2, 6)), kind)
+        for n in (2, 3):
+            rule = level_rule(p, q, n)
+            true = _enumerated_selection(rule, q, n)
+            np.testing.assert_allclose(true, rule.selection, rtol=0, atol=1e-13)
+            np.testing.assert_allclose(_output_law(p, true, rule.selection), p, atol=1e-12)
+
+
+def test_the_sampled_selection_follows_the_race():
+    """``select`` draws what the enumerated race says, ties in a slot included: for tuples
+    that hold a token and a partner of its swaps, 200,000 selections against the race."""
+    from scipy.stats import chisquare
+
+    rng = np.random.default_rng(11)
+    checked = 0
+    while checked < 6:
+        p, q = rng.dirichlet(np.ones(5)), rng.dirichlet(np.ones(5))
+        rule = level_rule(p, q, 3)
+        shared = [k for k in range(rule.order.size) if rule.start[k + 1] - rule.start[k] > 1]
+        if not shared:
+            continue
+        owner = rule.order[shared[0]]
+        partner = rule.order[rule.slot[rule.start[shared[0]] + 1]]
+        drafts = (owner, partner, owner)
+        chance = _race(rule, drafts)
+        picked = rule.select(np.tile(drafts, (200_000, 1)), np.random.default_rng(checked))
+        observed = np.array([np.sum(picked == t) for t in (owner, partner)])
+        expected = np.array([chance[0] + chance[2], chance[1]]) * picked.size
+        keep = expected > 0
+        if keep.sum() == 2:
+            assert chisquare(observed, expected).pvalue > 1e-5
+        else:
+            assert observed[~keep].sum() == 0
+        checked += 1
+
+
+def test_the_enumeration_sees_a_wrong_marginal():
+    """The oracle above is not blind: a rule whose marginal is off on one token fails it."""
+    rng = np.random.default_rng(3)
+    p, q = rng.dirichlet(np.ones(4)), rng.dirichlet(np.ones(4))
+    rule = level_rule(p, q, 3)
+    true = _enumerated_selection(rule, q, 3)
+    wrong = rule.selection.copy()
+    wrong[[0, 1]] += [1e-3, -1e-3]
+    assert np.abs(_output_law(p, true, wrong) - p).max() > 1e-5
+
+
+@pytest.mark.parametrize("vocab", [32_000, 151_936])
+def test_acceptance_equals_the_sweep_at_real_vocabularies(vocab):
+    rng = np.random.default_rng(vocab)
+    logits = rng.normal(size=(2, vocab)) * 3.0
+    logits[1] += 0.5 * logits[0]
+    p, q = np.exp(logits - logits.max(axis=1, keepdims=True))
+    p, q = p / p.sum(), q / q.sum()
+    for n in (1, 2, 3, 4, 8):
+        got = OptimalTransport().acceptance(p, q, n)
+        assert got == pytest.approx(ob.optimal_acceptance(p, q, n=n), abs=1e-12)
+
+
+def _coarse_p_value(tokens: np.ndarray, p: np.ndarray, bins: int) -> float:
+    """Chi-square of the output against ``p`` over ``bins`` bins of about equal mass."""
+    from scipy.stats import chisquare
+
+    order = np.argsort(p)
+    edges = np.searchsorted(np.cumsum(p[order]), np.linspace(0, 1, bins + 1)[1:-1])
+    label = np.empty(p.size, dtype=np.int64)
+    label[order] = np.searchsorted(edges, np.arange(p.size), side="right")
+    observed = np.bincount(label[tokens], minlength=bins)
+    expected = np.bincount(label, weights=p, minlength=bins) * tokens.size
+    return float(chisquare(observed, expected).pvalue)
+
+
+def test_lossless_at_32000_tokens_with_power_099_at_tv_001():
+    rng = np.random.default_rng(7)
+    vocab, trials, bins = 32_000, 200_000, 20
+    z = rng.normal(size=(2, vocab)) * 2.5
+    z[1] += 0.6 * z[0]
+    p, q = np.exp(z - z.max(axis=1, keepdims=True))
+    p, q = p / p.sum(), q / q.sum()
+    verifier = OptimalTransport()
+    assert detectable_tv(bins - 1, trials, 1e-5, 0.99) <= 0.01
+    sim = verifier.simulate(p, q, n=4, trials=trials, seed=1)
+    assert _coarse_p_value(sim.tokens, p, bins) > 1e-5
+    assert ob.check_lossless(verifier, p, q, n=4, trials=trials, seed=2).passed
+    # the acceptance it reports is what it does
+    assert sim.accepted.mean() == pytest.approx(verifier.acceptance(p, q, 4), abs=0.005)
+
+
+def test_a_residual_off_by_one_token_is_caught(monkeypatch):
+    from otbound.selection import rule as rule_module
+
+    rng = np.random.default_rng(8)
+    vocab = 32_000
+    z = rng.normal(size=(2, vocab)) * 2.5
+    p, q = np.exp(z - z.max(axis=1, keepdims=True))
+    p, q = p / p.sum(), q / q.sum()
+
+    def shifted(selected, p, r, rng):
+        out = single_draft_test(selected, p, r, rng)
+        kept = out == selected
+        return np.where(kept, out, (out + 1) % p.size)
+
+    monkeypatch.setattr(rule_module, "single_draft_test", shifted)
+    result = ob.check_lossless(OptimalTransport(), p, q, n=2, trials=200_000, seed=3)
+    assert not result.passed
+
+
+def test_one_trial_verify_outputs_p():
+    rng = np.random.default_rng(9)
+    p, q = rng.dirichlet(np.ones(6)), rng.dirichlet(np.ones(6))
+    verifier = OptimalTransport()
+    drafts = rng.choice(6, size=(4000, 3), p=q)
+    outs = np.array([verifier.verify(d, p, q, seed)[0] for seed, d in enumerate(drafts)])
+    assert np.abs(np.bincount(outs, minlength=6) / outs.size - p).max() < 0.03
+
+
+def test_methods_and_their_messages():
+    p, q = np.array([0.3, 0.4, 0.3]), np.array([0.6, 0.3, 0.1])
+    assert OptimalTransport().uses_levels(4)
+    assert not OptimalTransport(method="lp").uses_levels(4)
+    assert OptimalTransport(design="without_replacement").acceptance(p, q, 2) == pytest.approx(
+        ob.optimal_acceptance(p, q, n=2, design="without_replacement"), abs=1e-7
+    )
+    with pytest.raises(ValueError, match="method must be one of auto, levels, lp"):
+        OptimalTransport(method="fast")
+    wor = OptimalTransport(design="without_replacement", method="levels")
+    with pytest.raises(ValueError, match="method='lp'"):
+        wor.verify([0, 1], p, q, 0)
+    assert not has_level_rule("without_replacement", 2)
+    with pytest.raises(ValueError, match="no level rule"):
+        level_rule(p, q, 2, "topk")
+    big = np.full(151_936, 1 / 151_936)
+    assert OptimalTransport().applies(big, big, 4)
+    assert not OptimalTransport(method="lp").applies(big, big, 4)
