@@ -88,6 +88,7 @@ SMALL: dict[str, dict[str, object]] = {
     # logs the real pair when it is here; the suite runs it without (tests/test_real_pair.py
     # runs it with the pair, opt-in)
     "08_real_pair": {"MAX_PROMPTS": 2, "MAX_NEW_TOKENS": 8, "MAX_STEPS": 16, "N_DRAFTS": (2, 4)},
+    "09_audit_a_rule": {"MAX_STEPS": 4, "TRIALS": 20_000},
 }
 
 #: Notebooks that need the real pair (``scripts/get_real_pair.py``); the suite runs them with the
@@ -173,6 +174,16 @@ EXPORTS: dict[str, dict[str, str]] = {
         "real": "real",
     },
     "08_real_pair": {"run": "RUN", "summary": "summary", "facts": "facts"},
+    "09_audit_a_rule": {
+        "dump": "str(DUMP)",
+        "settings": "SETTINGS",
+        "trials": "TRIALS",
+        "results": "{name: (r.summary(), r.steps, r.message) for name, r in results.items()}",
+        "table": "table",
+        "exact": "exact.summary()",
+        "by_hand": "by_hand",
+        "toy": "(p_toy, q_toy)",
+    },
 }
 
 
@@ -572,6 +583,51 @@ def _check_06(facts: dict, text: str) -> None:
         assert line in text, f"no {line!r} in the outputs"
 
 
+def _check_09(facts: dict, text: str) -> None:
+    from otbound.audits import audit_rules, detectable_tv
+    from otbound.engines import Processing
+
+    settings, dump = facts["settings"], facts["dump"]
+    results = facts["results"]
+    good, bad = results["speculative"][0], results["resample_target"][0]
+    assert good["lossless"] and not bad["lossless"] and bad["p_value"] < 1e-5
+    processing = Processing(settings["temperature"], settings["top_k"], settings["top_p"])
+    rows = ob.open_dump(dump).read_shard(0).distributions(1.0)
+    for name, (summary, steps, message) in results.items():
+        assert message in text, f"no {message!r} in the outputs"
+        assert len(steps) == settings["max_steps"] and (steps["trials"] == facts["trials"]).all()
+        # α* at each step: the library's on the processed rows (iid, one draft)
+        for row in steps.head(3).itertuples():
+            i = int(np.flatnonzero(rows.step == row.step)[0])
+            p, q = processing.apply(rows.target[i]), processing.apply(rows.draft[i])
+            assert row.alpha_star == pytest.approx(ob.optimal_acceptance(p, q, n=1), abs=1e-12)
+        # the stated power: the pooled test's degrees of freedom and trials
+        dof, trials = int(steps["dof"].sum()), int(steps["trials"].sum())
+        assert summary["tv_detectable"] == pytest.approx(detectable_tv(dof, trials, 1e-5, 0.99))
+        assert summary["tv"] == pytest.approx(steps["tv"].mean(), abs=1e-12)
+    assert good["tv_detectable"] <= 0.05 and bad["tv"] > 5 * good["tv_detectable"]
+    # the engine rules' exact rows, again from the library
+    table = facts["table"].set_index("rule")
+    for result in audit_rules(["hf_assisted", "hf_raw_q"], dump, **settings):
+        for column in ("tv", "acceptance", "alpha_star", "above_alpha_star"):
+            assert table.loc[result.rule, column] == pytest.approx(
+                result.summary()[column], abs=1e-12
+            )
+    assert table.loc["hf_raw_q", "acceptance"] > table.loc["hf_raw_q", "alpha_star"]
+    # the exact audit of the shortcut: its law min(p, q) + (1 − β) p, by hand
+    p, q = facts["toy"]
+    beta = np.minimum(p, q).sum()
+    law = np.minimum(p, q) + (1 - beta) * p
+    exact = facts["exact"]
+    assert exact["method"] == "exact" and not exact["lossless"]
+    assert exact["tv"] == pytest.approx(0.5 * np.abs(law - p).sum(), abs=1e-12)
+    assert exact["tv"] == pytest.approx(facts["by_hand"], abs=1e-12)
+    keep = np.minimum(1.0, p / q)
+    assert exact["acceptance"] == pytest.approx(
+        float(np.sum(q * (keep + (1 - keep) * p))), abs=1e-12
+    )
+
+
 #: Checks of the values a notebook computed, against the library and each other.
 CHECKS: dict[str, Callable[[dict, str], None]] = {
     "01_quickstart": _check_01,
@@ -581,6 +637,7 @@ CHECKS: dict[str, Callable[[dict, str], None]] = {
     "05_draft_trees": _check_05,
     "06_dynamic_drafting": _check_06,
     "07_sequence_level_verification": _check_07,
+    "09_audit_a_rule": _check_09,
 }
 
 
