@@ -52,6 +52,10 @@ EXACT_TOLERANCE = 1e-9
 #: Monte Carlo trials per step by default: at 20 bins the test detects a ``TV`` of 0.01
 #: with probability 0.99 at significance 1e-5.
 DEFAULT_TRIALS = 200_000
+#: Confidence of the lower end of a Monte Carlo acceptance that must exceed ``α*`` for the
+#: step to count as above it (the tests' level: a lossless rule is flagged at a step with
+#: probability about 1e-5, not the 2.5 % of a 95 % interval).
+ABOVE_CONFIDENCE = 1.0 - 2e-5
 #: Steps listed as deviating most.
 WORST = 5
 
@@ -109,7 +113,8 @@ class AuditResult:
     alpha_star : float
         Mean ``α*`` of the design.
     above_alpha_star : int
-        Steps whose acceptance exceeds ``α*`` (beyond rounding, or the interval's lower end).
+        Steps whose acceptance exceeds ``α*``: beyond rounding where exact, by the lower end of
+        a Wilson interval at :data:`ABOVE_CONFIDENCE` where Monte Carlo.
     steps : pandas.DataFrame
         One row per step (:data:`STEP_COLUMNS`).
     significance, power : float
@@ -241,7 +246,7 @@ def audit_step(
         hits / trials,
         (low, high),
         alpha,
-        low > alpha,
+        wilson_interval(hits, trials, ABOVE_CONFIDENCE)[0] > alpha,
     )
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from otbound.audits._audit import EXACT_TOLERANCE, _row
+from otbound.audits._audit import ABOVE_CONFIDENCE, EXACT_TOLERANCE, _row
 from otbound.engines import Processing
 from otbound.engines.blocks import ChainRule, VllmBlock
 from otbound.evaluate import check_lossless
@@ -108,6 +108,8 @@ def chain_step(
 ) -> dict[str, Any]:
     """One chain's row (:data:`~otbound.audits._audit.STEP_COLUMNS`; ``acceptance`` and
     ``alpha_star`` are expected accepted drafts per iteration)."""
+    from scipy.special import ndtri  # the normal quantile
+
     from otbound.sequence import block_acceptance, lossless_gap
 
     p, q, _ = compact(processing.apply(p_rows), processing.apply(q_rows))
@@ -136,7 +138,7 @@ def chain_step(
         mean,
         (mean - half, mean + half),
         best,
-        mean - best > 1.96 * spread,
+        mean - best > float(ndtri(ABOVE_CONFIDENCE)) * spread,
     )
 
 
