@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
+import otbound as ob
 from otbound.stats import (
     cluster_mean_interval,
     paired_difference,
@@ -237,3 +238,29 @@ def test_paired_difference_says_what_is_wrong() -> None:
         paired_difference(steps, steps, value="gap", cluster="prompt_id")
     whole = steps.iloc[:2]  # nullable integer ids without a missing one pair as integers
     assert paired_difference(whole, whole, value="gap", cluster="prompt_id").difference == 0.0
+
+
+def test_the_summary_gap_interval_is_the_paired_interval() -> None:
+    """``compute_bounds``' gap column (``α* − acceptance`` per step, then its clustered mean) is
+    the paired interval of the bound against the verifier over the same steps."""
+    from otbound.analysis import summarise
+
+    rng = np.random.default_rng(4)
+    p, q = rng.dirichlet(np.ones(6), size=30), rng.dirichlet(np.ones(6), size=30)
+    rows = ob.compare(p, q, n=2, verifiers=["rrs", "kseq"], trials=0)
+    rows["prompt_id"] = rows["step"] // 4  # 8 prompts of up to 4 steps
+    summary = summarise(rows).set_index("verifier")
+    for verifier in ("rrs", "kseq"):
+        part = rows[rows["verifier"] == verifier]
+        paired = paired_difference(part, part, value="alpha_star", cluster="prompt_id")
+        gap = paired_difference(
+            part.assign(value=part["alpha_star"]),
+            part.assign(value=part["acceptance"]),
+            value="value",
+            cluster="prompt_id",
+        )
+        row = summary.loc[verifier]
+        assert paired.difference == 0.0
+        assert (row["gap"], row["gap_ci_low"], row["gap_ci_high"]) == pytest.approx(
+            (gap.difference, gap.ci_low, gap.ci_high), rel=1e-12
+        )
