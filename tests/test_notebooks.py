@@ -356,6 +356,17 @@ def _check_05(facts: dict, text: str) -> None:
         assert row.predicted <= row.token_level_bound + 1e-9, row
         if row.verifier in ("greedy", "spechub"):  # optimal for their design at every node
             assert row.predicted == pytest.approx(row.token_level_bound, abs=1e-9), row
+    # the pairs of verifiers on one tree that the paired interval separates, from the calls
+    separated = total = 0
+    for _, part in steps.groupby("tree"):
+        names = list(dict.fromkeys(part["verifier"]))
+        for i, a in enumerate(names):
+            for b in names[i + 1 :]:
+                runs = (part[part["verifier"] == a], part[part["verifier"] == b])
+                separated += ob.paired_difference(*runs).excludes_zero
+                total += 1
+    line = f"{separated} of {total} pairs of verifiers on one tree separated by the paired 95%"
+    assert line in text, f"no {line!r} in the outputs"
     # the prediction from the dump: 1 + Σ_d Π_{i ≤ d} ᾱ(b_i), ᾱ(b) the mean acceptance at n = b
     table, branching = facts["table"], facts["branching"]
     for row in side[side["from_dump"].notna()].itertuples():
@@ -550,6 +561,13 @@ def _check_07(facts: dict, text: str) -> None:
         assert row.sequence_level == pytest.approx(sequence["tokens_per_call"].max(), abs=1e-12)
         assert row.token_level_bound == pytest.approx(token["token_level_bound"].mean(), abs=1e-12)
         assert row.difference == pytest.approx(row.sequence_level - row.token_level, abs=1e-12)
+        # the paired interval of the difference, rebuilt from the calls of the two runs
+        runs = [steps[(steps["verifier"] == v) & (steps["tree"] == row.tree)] for v in (
+            row.best_sequence_level, row.best_token_level)]  # fmt: skip
+        paired = ob.paired_difference(*runs)
+        assert row.difference == pytest.approx(paired.difference, abs=1e-12)
+        assert row.difference_ci == pytest.approx((paired.ci_low, paired.ci_high), abs=1e-12)
+        assert row.separated == paired.excludes_zero
         assert row.token_ci[0] <= row.token_level <= row.token_ci[1]
         assert row.sequence_ci[0] <= row.sequence_level <= row.sequence_ci[1]
 
@@ -574,11 +592,40 @@ def _check_06(facts: dict, text: str) -> None:
         assert row.ci_low <= row.tokens_per_call <= row.ci_high
         assert np.isnan(row.predicted) == (row.stopping != "fixed")
     assert ran.groupby(keys).ngroups == len(ran)
+
+    # the lines, rebuilt from the calls with ob.paired_difference: each budget's highest mean
+    # and the systems the paired interval does not separate from it; beams against binary trees
+    def calls(row):
+        hit = np.logical_and.reduce([steps[k] == getattr(row, k) for k in keys])
+        return steps[hit]
+
+    def name(row):
+        return f"{row.verifier} {row.tree} {row.root} {row.stopping}"
+
     best = ran.sort_values("tokens_per_call", ascending=False).groupby("budget").head(1)
     for row in best.itertuples():
+        others = ran[(ran["budget"] == row.budget) & (ran.index != row.Index)]
+        close = [
+            name(o)
+            for o in others.itertuples()
+            if not ob.paired_difference(calls(row), calls(o)).excludes_zero
+        ]
         line = (
-            f"budget {row.budget:g}: best {row.verifier} {row.tree} {row.root} {row.stopping} "
-            f"{row.tokens_per_call:.2f} tokens per call"
+            f"budget {row.budget:g}: highest mean {name(row)} {row.tokens_per_call:.2f} tokens "
+            f"per call; not separated from it by the paired 95% interval: "
+            f"{', '.join(sorted(close)) or 'none'}"
+        )
+        assert line in text, f"no {line!r} in the outputs"
+    fixed = ran[(ran["stopping"] == "fixed") & (ran["verifier"] == "rrs_without_replacement")]
+    for (budget, root), part in fixed.groupby(["budget", "root"]):
+        family = {row.family: row for row in part.itertuples()}
+        if not {"beam4", "binary"} <= set(family):
+            continue
+        d = ob.paired_difference(calls(family["beam4"]), calls(family["binary"]))
+        verdict = "separated" if d.excludes_zero else "not separated"
+        line = (
+            f"budget {budget:g}, {root} root: beam4 − binary = {d.difference:+.2f} "
+            f"[{d.ci_low:+.2f}, {d.ci_high:+.2f}] tokens per call ({verdict})"
         )
         assert line in text, f"no {line!r} in the outputs"
 
