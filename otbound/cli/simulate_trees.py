@@ -188,7 +188,13 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     add("--c-target", type=float, default=None, help="cost of a target pass (default: measured)")
     add("--c-draft", type=float, default=None, help="cost of a draft pass (default: measured)")
     add("--temperature", type=float, default=1.0, help="applied to both models (> 0)")
-    add("--seed", type=int, default=0, help="seed of each (verifier, tree) run's generator")
+    add(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the random numbers, common to every run: call t of the c-th prompt draws "
+        "from streams seeded by (seed, c, t)",
+    )
     add("--batch-size", type=int, default=8, help="prompts decoded side by side")
     add(
         "--prediction-trials",

@@ -1,7 +1,7 @@
 """Checkpoints of a tree-decoding run: one file per finished (verifier, tree) pair.
 
-Each pair's generator is seeded from ``(seed, verifier, tree)`` alone, so a pair's records do
-not depend on the other pairs: a pair finished by an interrupted run is kept, and the run
+A pair's random numbers depend on the seed, the prompt and the call alone (the common random
+numbers of :mod:`._streams`), so a pair's records do not depend on the other pairs: a pair finished by an interrupted run is kept, and the run
 continued gives the tables an uninterrupted run gives. A checkpoint directory holds
 
 ==========================  ===============================================================

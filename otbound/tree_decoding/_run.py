@@ -25,8 +25,8 @@ allows it, else Monte Carlo) and the design's ``α*`` (:func:`otbound.optimal_ac
 
 Resuming: with ``parts_dir`` each finished (verifier, tree) pair is saved at once, and the pairs
 an interrupted run finished are read back instead of computed
-(:mod:`otbound.tree_decoding._resume`); since every pair has its own generator, the result
-equals an uninterrupted run's.
+(:mod:`otbound.tree_decoding._resume`); since a pair's random numbers depend on the seed, the
+prompt and the call alone, the result equals an uninterrupted run's.
 """
 
 from __future__ import annotations
@@ -474,7 +474,8 @@ def run_tree_decoding(
         Applied identically to both models; must be ``> 0`` (distinct-draft designs need
         ``k`` tokens with positive mass).
     seed : int, default 0
-        Each (verifier, tree) run seeds one generator from ``(seed, verifier, tree)``.
+        The common random numbers (:class:`._streams.CallStreams`): call ``t`` of the ``c``-th
+        prompt draws from streams seeded by ``(seed, c, t)`` in every run.
     batch_size : int, default 8
     vocab_size : int, optional
         Default: the smaller of the two models' logit widths (with a warning when they differ).

@@ -13,12 +13,16 @@ single-draft speculative sampling, and their runs coincide call for call. Once t
 differ, their contexts differ and the shared numbers no longer couple much.
 
 Within one run the streams of distinct (prompt, call) pairs are independent, as one generator
-advanced through the run would be, so each run alone is the same lossless sampler as before.
-Measured on the sample pair (64 prompts, 32 new tokens): the half-width of the paired 95%
-interval of block verification against single-draft verification on chains of three fell
-from 0.112 (separate streams; no narrower than the unpaired one) to 0.101, that of RRS
-against RRS without replacement on binary trees of depth 2 from 0.079 to 0.055, and the
-token-level verifiers on chains differ by exactly 0.
+advanced through the run would be, so each run alone is the same lossless sampler.
+
+Why: with a separate generator per run, pairing by prompt alone left the paired interval no
+narrower than two separate ones combined (on the sample pair, 64 prompts × 32 tokens, block
+against single-draft verification on chains: half-widths 0.112 and 0.112). With common
+numbers, on the sequence-level run of ``docs/results.md``: 0.094 against 0.108 for that pair,
+0.061 against 0.078 for RRS against RRS without replacement on binary trees of depth 2, 0.099
+against 0.106 for multi-path verification against K-SEQ on two paths, and 0 for the
+token-level verifiers on chains (one system). Pairs whose drafts and tests share little gain
+little (RRS against K-SEQ on binary trees: 0.084 against 0.081).
 """
 
 from __future__ import annotations
