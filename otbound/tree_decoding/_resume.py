@@ -1,8 +1,9 @@
 """Checkpoints of a tree-decoding run: one file per finished (verifier, tree) pair.
 
 A pair's random numbers depend on the seed, the prompt and the call alone (the common random
-numbers of :mod:`._streams`), so a pair's records do not depend on the other pairs: a pair finished by an interrupted run is kept, and the run
-continued gives the tables an uninterrupted run gives. A checkpoint directory holds
+numbers of :mod:`._streams`), so a pair's records do not depend on the other pairs: a pair
+finished by an interrupted run is kept, and the run continued gives the tables an
+uninterrupted run gives. A checkpoint directory holds
 
 ==========================  ===============================================================
 ``settings.json``           the settings that determine the results, and their fingerprint
