@@ -76,6 +76,8 @@ def misaligned(target, draft):
         value = target[token] - draft[kept_d[i]] if i < len(kept_d) else target[token]
         mass.append(max(0.0, value))
     total = sum(mass)
+    if total == 0 and len(kept_t) == 1:  # a one-entry list: its entry, whatever the weights
+        mass, total = [1.0], 1.0
     out = [0.0] * len(target)
     for token, m in zip(kept_t, mass, strict=True):
         out[token] = m / total

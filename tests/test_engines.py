@@ -194,3 +194,13 @@ def test_every_rule_is_an_engine_rule_with_a_cited_source():
         assert isinstance(rule, EngineRule) and rule.name == name
         module = inspect.getmodule(type(rule))
         assert module is not None and "commit" in (module.__doc__ or "")
+
+
+def test_llamacpp_residual_of_no_mass_over_one_surviving_token():
+    """Both sides keep one token, different ones: the draft is rejected, the residual has no
+    mass, and the draw from the target's one-entry list returns its only token."""
+    p, q = np.array([0.96, 0.02, 0.02]), np.array([0.02, 0.96, 0.02])
+    rule = get_engine_rule("llamacpp_example", top_p=0.9)
+    assert rule.output_law(p, q).tolist() == [1.0, 0.0, 0.0]
+    assert rule.acceptance(p, q) == 0.0
+    assert ob.audit(rule, p, q).lossless

@@ -47,7 +47,12 @@ class LlamaSampleMatch(TargetDraw):
 def misaligned_residual(target: np.ndarray, draft: np.ndarray) -> np.ndarray | None:
     r"""The speculative example's residual: with ``t_1 < t_2 < …`` the target's surviving
     tokens and ``d_1 < d_2 < …`` the draft's, token ``t_i`` gets ``max(0, P(t_i) − D(d_i))``
-    (``P(t_i)`` past the draft's list), normalised; ``None`` where it has no mass."""
+    (``P(t_i)`` past the draft's list), normalised.
+
+    Where it has no mass the example divides by zero; a draw from a list of one entry still
+    returns that entry (the target's only surviving token), any longer list leaves the draw
+    undefined: ``None``.
+    """
     kept_t = np.flatnonzero(target > 0)
     kept_d = np.flatnonzero(draft > 0)
     mass = target[kept_t].copy()
@@ -55,7 +60,9 @@ def misaligned_residual(target: np.ndarray, draft: np.ndarray) -> np.ndarray | N
     mass[:paired] = np.maximum(0.0, mass[:paired] - draft[kept_d[:paired]])
     total = float(mass.sum())
     if total <= 0.0:
-        return None
+        if kept_t.size != 1:
+            return None
+        mass, total = np.ones(1), 1.0
     out = np.zeros_like(target)
     out[kept_t] = mass / total
     return out
