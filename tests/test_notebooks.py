@@ -578,6 +578,10 @@ def _check_06(facts: dict, text: str) -> None:
     assert set(ran["budget"]) == set(facts["budgets"])
     assert (ran["nodes"] <= ran["budget"]).all()
     assert (ran["target_tokens_per_call"] <= ran["nodes"] + 1e-12).all()
+    # the stopping policy acts in this run: every tree whole under fixed, pruned under it
+    is_fixed = ran["stopping"] == "fixed"
+    np.testing.assert_allclose(ran.loc[is_fixed, "target_tokens_per_call"], ran[is_fixed]["nodes"])
+    assert (ran.loc[~is_fixed, "target_tokens_per_call"] < ran.loc[~is_fixed, "nodes"]).any()
     beams = summary[summary["family"].str.startswith("beam")]
     assert (beams["applicable"] == (beams["verifier"] == "rrs_without_replacement")).all()
     keys = ["verifier", "tree", "root", "stopping", "budget"]
