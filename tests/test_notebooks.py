@@ -645,7 +645,7 @@ def _check_09(facts: dict, text: str) -> None:
     processing = Processing(settings["temperature"], settings["top_k"], settings["top_p"])
     rows = ob.open_dump(dump).read_shard(0).distributions(1.0)
     for name, (summary, steps, message) in results.items():
-        assert message in text, f"no {message!r} in the outputs"
+        assert message in text, f"{name}: no {message!r} in the outputs"
         assert len(steps) == settings["max_steps"] and (steps["trials"] == facts["trials"]).all()
         # α* at each step: the library's on the processed rows (iid, one draft)
         for row in steps.head(3).itertuples():
