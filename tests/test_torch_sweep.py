@@ -124,8 +124,9 @@ def test_matches_numpy_batched(design, vocab):
 
 @pytest.mark.parametrize("design", TORCH_DESIGNS)
 def test_ties_go_to_the_lower_token_id(design):
-    """Equal draft masses at the top: the numpy path's tie-breaking (lower id) is matched, and
-    the tie matters (different choices would give different values)."""
+    """Equal draft masses at the top: the numpy path's tie-breaking (lower id) is matched; for
+    the designs with fixed top tokens (topk, greedy, hub) the tie matters, and the value is
+    the one of the lower ids (the other choices give other values)."""
     n = 2
     q = np.array([0.1, 0.3, 0.3, 0.3])
     p = np.array([0.1, 0.0, 0.2, 0.7])  # the token picked among 1, 2, 3 changes α*

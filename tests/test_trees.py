@@ -242,7 +242,7 @@ def test_bound_dominates_every_positional_vector() -> None:
         stars = np.minimum(1.0, prefix + rng.random(prefix.shape) * 0.3 * (rng.random() < 0.7))
         stars = stars if per_depth else stars[0]
         assert bound_block_efficiency(stars, tree) >= block_efficiency(a, tree) - 1e-12
-        # a node-wise split putting everything on the best child attains the bound
+        # the tightest stars, α*(k) = Σ_{i<k} a_i (no slack), still bound the vector
         if not per_depth:
             exact = bound_block_efficiency(prefix[0], tree)
             assert exact >= block_efficiency(a, tree) - 1e-12
