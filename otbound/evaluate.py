@@ -582,8 +582,9 @@ def compare(
       its standard error ``stderr``: for a shipped verifier with a Rao-Blackwellised value
       (:meth:`otbound.verifiers.BaseVerifier.estimate`: ``rrs_without_replacement``,
       ``importance``) the mean of the exact acceptance probabilities given each trial's sampled
-      part, with the normal interval ``acceptance ± z·stderr``; otherwise the 0/1 Monte Carlo
-      rate with a Wilson interval at ``level``;
+      part, with the betting interval of those values at ``level`` (:meth:`otbound.verifiers.
+      base.Estimate.ci`: valid at any sample size); otherwise the 0/1 Monte Carlo rate with a
+      Wilson interval at ``level``;
     * ``alpha_star``: ``α*`` of the verifier's design (:func:`otbound.optimal_acceptance`);
     * ``gap = alpha_star − acceptance`` and ``ratio = acceptance / alpha_star``;
 

@@ -549,6 +549,17 @@ class ImportanceSampling(BaseVerifier):
         )
         return out
 
+    def _conditional_range(self, p: np.ndarray, q: np.ndarray, n: int) -> tuple[float, float]:
+        r"""``[α_sel, α_sel + min(1, R)]``, ``R`` the sum of the ``n − 1`` largest residual
+        masses ``r``: in each value ``α_sel + Σ_j π_j (1 − acc(x_j)) r(\{x̄\})`` the weights
+        ``π_j`` sum to 1, and a draft with ``acc < 1`` has ``p < p_I``, so ``r = 0``: where the
+        sum is positive, ``r(\{x̄\})`` counts at most ``n − 1`` drafts."""
+        plan = self._memo("conditional", p, q, n, lambda: self._conditional_plan(p, q, n))
+        vocab = plan.rest.shape[0]
+        first = vocab - min(n - 1, vocab)
+        largest = float(np.partition(plan.rest, min(first, vocab - 1))[first:].sum())
+        return plan.selected, plan.selected + min(1.0, largest)
+
     def _conditional_plan(self, p: np.ndarray, q: np.ndarray, n: int) -> _ConditionalPlan:
         """What :meth:`_conditional` needs of a step beyond its uniforms (built once for the
         pilot and the final sample of :meth:`estimate`). With i.i.d. slots the draft CDF and

@@ -65,6 +65,8 @@ two levels, the first level's kernel CDF tabled once a step for every path and e
 
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 
@@ -730,6 +732,32 @@ class RecursiveRejectionWithoutReplacement(BaseVerifier):
         rejected = _rejection_paths_fast(n, u, *tab.path_tables())
         out: np.ndarray = 1.0 - rejected
         return out
+
+    def _conditional_range(self, p: np.ndarray, q: np.ndarray, n: int) -> tuple[float, float]:
+        """``[1 − f(τ_{n+1}), 1 − f(T_{n+1})]``, which every value ``1 − f(t_{n+1})`` lies in
+        (``f`` decreases): with ``τ_1 = T_1 = 0``, ``τ_{k+1} = τ_k + f(τ_k)`` and
+        ``T_{k+1} = T_k + f(τ_k) / (1 − R̄_k)``, ``R̄_k`` the ``k − 1`` largest masses of ``q``,
+        induction gives ``τ_k ≤ t_k ≤ T_k``: ``t + f(t)`` does not decrease (``f' ≥ −1``),
+        ``f(t_k) ≤ f(τ_k)`` and ``R_k ≤ R̄_k``. The narrower the range, the narrower the
+        interval of :meth:`estimate`."""
+        tab = self._memo("ratios", p, q, 0, lambda: _Ratios(p, q))
+        vocab = q.shape[0]
+        count = min(n - 1, vocab)
+        heaviest = (
+            np.sort(np.partition(q, vocab - count)[vocab - count :])[::-1] if count else q[:0]
+        )
+        drafted = np.concatenate([[0.0], np.cumsum(heaviest)])  # R̄_1..R̄_{count + 1}
+        total = float(q.sum())
+        low_t = high_t = 0.0
+        for k in range(n):  # t_{k+2} from t_{k+1}
+            step = _f_at(low_t, tab.rho, tab.tail_p, tab.tail_q)
+            left = total - float(drafted[k]) if k < drafted.shape[0] else 0.0
+            high_t = high_t + step / left if left > 0.0 else math.inf
+            low_t += step
+        low = min(1.0 - _f_at(low_t, tab.rho, tab.tail_p, tab.tail_q), 1.0)
+        if not math.isfinite(high_t):  # a draft may leave no mass: no bound below 1
+            return low, 1.0
+        return low, min(1.0 - _f_at(high_t, tab.rho, tab.tail_p, tab.tail_q), 1.0)
 
     def _verify_one(
         self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
