@@ -73,8 +73,10 @@ def get_engine_rule(
     >>> rule = get_engine_rule("hf_raw_q", top_k=2)
     >>> rule.lossless
     False
-    >>> round(rule.acceptance([0.5, 0.3, 0.2], [0.4, 0.4, 0.2]), 6)
-    0.875
+    >>> p, q = [0.5, 0.3, 0.2], [0.4, 0.4, 0.2]
+    >>> fixed = get_engine_rule("hf_assisted", top_k=2)
+    >>> round(rule.acceptance(p, q), 6), round(fixed.acceptance(p, q), 6)
+    (0.96875, 0.875)
     """
     try:
         cls, shipped = _RULES[name]
