@@ -36,11 +36,16 @@ def _cases(
 def test_ratio_order_is_the_stable_argsort_and_checks_its_cache(monkeypatch):
     cache = step_cache.ByteBudgetCache(step_cache.RATIO_CACHE_BYTES)
     monkeypatch.setattr(step_cache, "_ratio_orders", cache)
+    sorts: list[int] = []
+    argsort = step_cache.ratio_argsort
+    monkeypatch.setattr(step_cache, "ratio_argsort", lambda p, q: sorts.append(1) or argsort(p, q))
     for kind, p, q in _cases(40, seed=5, big=(70_000, 8_192)):
         live = np.flatnonzero(q > 0)
         want = live[np.argsort(p[live] / q[live], kind="stable")]
+        sorts.clear()
         assert np.array_equal(step_cache.ratio_order(p, q), want), kind
-        assert np.array_equal(step_cache.ratio_order(p.copy(), q.copy()), want), kind  # cached
+        assert np.array_equal(step_cache.ratio_order(p.copy(), q.copy()), want), kind
+        assert len(sorts) == 1, kind  # the equal copy is served from the cache
     # an entry that is not this step's sort (a key collision) is recomputed, not used
     kind, p, q = _cases(1, seed=6, big=(500,))[0]
     key = step_cache.step_key(p, q)
