@@ -41,8 +41,9 @@ __all__ = ["betting_interval"]
 #: The largest fraction of its capital a bet may stake (``c``; Waudby-Smith and Ramdas
 #: suggest 1/2 to 3/4).
 STAKE = 0.75
-#: Halvings of ``[0, 1]`` that locate each end (``2^-50``: below the rounding of a mean).
-_HALVINGS = 50
+#: Halvings of ``[0, 1]`` that locate each end: it moves outwards by at most ``2^-36`` (1.5e-11)
+#: of the range.
+_HALVINGS = 36
 
 
 @numba.njit(cache=True)
