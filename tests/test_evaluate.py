@@ -290,8 +290,12 @@ def test_compare_skips_optimal_at_large_vocabulary_and_batches_steps():
     rng = np.random.default_rng(1)
     p = rng.dirichlet(np.ones(100), size=3)
     q = rng.dirichlet(np.ones(100))  # broadcast over the three steps
-    df = compare(p, q, n=4, verifiers=["rrs", "optimal", "kseq"], designs=["iid", "topk"])
-    assert set(df.verifier) == {"rrs", "kseq", "bound"}  # 100^4 tuples: no optimal row
+    lp = get_verifier("optimal", method="lp")
+    df = compare(p, q, n=4, verifiers=["rrs", lp, "kseq"], designs=["iid", "topk"])
+    assert set(df.verifier) == {"rrs", "kseq", "bound"}  # 100^4 tuples: no LP-plan row
+    levels = compare(p, q, n=4, verifiers=["optimal"])  # its level rule: any vocabulary
+    mine, bound = levels[levels.verifier == "optimal"], levels[levels.verifier == "bound"]
+    np.testing.assert_allclose(mine.acceptance, bound.acceptance, rtol=0, atol=1e-12)
     assert sorted(df.step.unique()) == [0, 1, 2]
     assert set(df[df.verifier == "bound"].design) == {"iid", "topk"}
     for step in range(3):
@@ -423,9 +427,10 @@ def test_compare_reports_every_skipped_cell_with_its_reason():
     )
     assert reason[2, 2, "iid", "plain_rrs"] == "no exact acceptance and no Monte Carlo trials"
     assert len(skipped) == len(grid) - len(df)
-    # a verifier outside its own limits (optimal enumerates V^n draft tuples)
+    # a verifier outside its own limits (the LP plan enumerates V^n draft tuples)
     big = rng.dirichlet(np.ones(100))
-    table = compare(big, big[::-1], n=4, verifiers=["optimal"], trials=0)
+    lp = get_verifier("optimal", method="lp")
+    table = compare(big, big[::-1], n=4, verifiers=[lp], trials=0)
     assert skipped_cells(table).reason.tolist() == ["the verifier does not apply"]
 
 

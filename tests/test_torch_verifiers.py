@@ -122,8 +122,8 @@ def test_public_function_validates_clips_and_broadcasts(name: str) -> None:
 
 def test_public_function_errors() -> None:
     p, q = [0.3, 0.4, 0.3], [0.6, 0.3, 0.1]
-    with pytest.raises(ValueError, match="no torch formula for verifier 'optimal'"):
-        verifier_acceptance_torch("optimal", p, q, 2)
+    with pytest.raises(ValueError, match="no torch formula for verifier 'block'"):
+        verifier_acceptance_torch("block", p, q, 2)
     with pytest.raises(ValueError, match="n=3"):
         verifier_acceptance_torch("rrs_without_replacement", p, q, 3)
     with pytest.raises(ValueError, match="n=3"):
@@ -149,7 +149,8 @@ def test_serves_only_shipped_classes_on_their_design() -> None:
     # another top: another formula, which numpy computes
     other_top = type(get_verifier("importance"))(top=5)
     assert shipped_name(other_top) is None and not hook.serves(other_top, 2)
-    assert not hook.serves(get_verifier("optimal"), 2)
+    assert hook.serves(get_verifier("optimal"), 2)  # its level rule
+    assert not hook.serves(get_verifier("optimal", method="lp"), 2)
     assert not hook.serves(get_verifier("optimal", design="greedy"), 2)
     subclass = type("MyRRS", (type(get_verifier("rrs")),), {})()
     assert shipped_name(subclass) is None and not hook.serves(subclass, 2)
@@ -253,8 +254,8 @@ def test_device_path_of_the_analysis() -> None:
 
 
 def test_analysis_on_cpu_torch_gives_the_numpy_rows(tmp_path) -> None:
-    """``compute_bounds --device cpu``'s shard analysis: every verifier but ``optimal``, the
-    same rows and skipped cells as numpy."""
+    """``compute_bounds --device cpu``'s shard analysis: every verifier, the same rows and
+    skipped cells as numpy."""
     from otbound.analysis import AnalysisConfig
     from otbound.analysis._shard import analyse_shard
 
@@ -264,8 +265,7 @@ def test_analysis_on_cpu_torch_gives_the_numpy_rows(tmp_path) -> None:
     draft[:2, 3:] = -np.inf  # two steps whose q has a support of 3
     np.savez(tmp_path / "run.npz", target_logits=target, draft_logits=draft)
     dump = ob.open_dump(tmp_path / "run.npz")
-    verifiers = tuple(v for v in ob.VERIFIERS if v != "optimal")
-    kwargs = dict(n=(1, 2, 4), verifiers=verifiers, mc_trials=200)
+    kwargs = dict(n=(1, 2, 4), verifiers=ob.VERIFIERS, mc_trials=200)
     numpy_out = analyse_shard(dump, 0, AnalysisConfig(**kwargs))
     torch_out = analyse_shard(dump, 0, AnalysisConfig(**kwargs, device="cpu"))
     a, b = torch_out.rows, numpy_out.rows

@@ -59,10 +59,10 @@ def acceptance_on(device: str | None) -> BatchAcceptance | None:
     serving the verifiers with a torch formula
     (:data:`otbound.verifiers.torch_acceptance.TORCH_VERIFIERS`: ``single``, ``rrs``,
     ``rrs_without_replacement`` at ``n ≤ 2``, ``kseq``, ``spechub``, ``greedy``, ``topk``,
-    ``gls``, ``importance`` at ``n ≤ 2`` with its default ``top``), each computed there for
-    the whole batch of steps in float64 (equal to numpy's to 1e-9); ``compare`` computes the
-    others (``rrs_without_replacement`` and ``importance`` at ``n ≥ 3``, ``optimal``) with
-    numpy, step by step.
+    ``gls``, ``importance`` at ``n ≤ 2`` with its default ``top``, ``optimal``'s level rule),
+    each computed there for the whole batch of steps in float64 (equal to numpy's to 1e-9);
+    ``compare`` computes the others (``rrs_without_replacement`` and ``importance`` at
+    ``n ≥ 3``, ``optimal`` by its LP plan) with numpy, step by step.
     """
     if device is None:
         return None

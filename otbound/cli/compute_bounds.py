@@ -87,7 +87,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         type=list_option(names, "--verifiers"),
         default=None,
         help=f"verifiers, from {', '.join(VERIFIERS)}, or 'none' (default: all whose design is "
-        "chosen, except optimal, which reaches α* by construction at an LP per step)",
+        "chosen)",
     )
     parser.add_argument(
         "--temperature",

@@ -9,11 +9,16 @@ is lossless, and accepts with probability ``Σ min(p, r)`` when it is optimal; t
 >>> import numpy as np
 >>> from otbound.selection import level_rule
 >>> p, q = np.array([0.3, 0.4, 0.3]), np.array([0.6, 0.3, 0.1])
->>> round(level_rule(p, q, 2).acceptance(p), 6)
+>>> round(level_rule(p, q, 2).acceptance(), 6)
 0.877778
 """
 
-from otbound.selection.levels import LEVEL_RULE_DESIGNS, has_level_rule, level_rule
+from otbound.selection.levels import (
+    LEVEL_RULE_DESIGNS,
+    has_level_rule,
+    level_rule,
+    level_rule_acceptance,
+)
 from otbound.selection.rule import SelectionRule, single_draft_test
 
 __all__ = [
@@ -21,5 +26,6 @@ __all__ = [
     "SelectionRule",
     "has_level_rule",
     "level_rule",
+    "level_rule_acceptance",
     "single_draft_test",
 ]

@@ -14,6 +14,7 @@ __all__ = [
     "convex_minorant_blocks",
     "forward_swaps",
     "level_pieces",
+    "rule_acceptance",
     "select_levels",
     "slot_values",
 ]
@@ -236,3 +237,22 @@ def select_levels(positions, start, slot, cumulative, piece_u, level_u):  # type
                 best_slot, best_place, best = s, place, j
         out[t] = best
     return out
+
+
+@numba.njit(cache=True)
+def rule_acceptance(q_sorted, p_sorted, n):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    r"""``Σ min(p, r)`` of the level rule from its slots: ``p(live) + min_k [f(B_k) − p(B_k)]``.
+
+    The blocks of slope ``≤ 1`` of the convex minorant end where ``f(B_k) − p(B_k)`` is
+    least, a point of the curve, so the rule's ``r = c_j p`` gives
+    ``Σ_{c_j ≤ 1} Δf_j + Σ_{c_j > 1} Δp_j`` there (one pass, no swaps).
+    """
+    _, values = slot_values(q_sorted, n)
+    curve = 0.0
+    lowest = 0.0
+    kept = 0.0
+    for k in range(q_sorted.shape[0]):
+        curve += q_sorted[k] * values[k] - p_sorted[k]
+        kept += p_sorted[k]
+        lowest = min(lowest, curve)
+    return kept + lowest

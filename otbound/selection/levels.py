@@ -9,11 +9,11 @@ For i.i.d. drafts the chances of a selection rule are a base ``r`` of the polyma
    chance per unit of ``q`` of a level inside it; alone in its slot (priority in this
    order) token ``k`` is selected with ``q_k v_k = f(B_{k+1}) − f(B_k)`` (``B_k``: the
    first ``k`` tokens), a vertex of the base polytope.
-2. **Target.** Fujishige's lexicographically optimal base with respect to ``p``: the
-   greatest convex minorant of the points ``(p(B_k), f(B_k))`` cuts the slots into blocks,
-   and ``r = c_j p`` on block ``j`` (``c_j`` its chord's slope, increasing in ``j``). With
-   ``A`` the blocks of slope ``≤ 1``, ``Σ min(p, r) = f(A) + p(V ∖ A) = α*`` (the sweep's
-   value at the cut ``H = V ∖ A``).
+2. **Target.** The greatest convex minorant of the points ``(p(B_k), f(B_k))`` (``B_k``:
+   the first ``k`` tokens) cuts the slots into blocks, and ``r = c_j p`` on block ``j``
+   (``c_j`` its chord's slope, increasing in ``j``). The blocks of slope ``≤ 1`` end where
+   ``f(B_k) − p(B_k)`` is least, so ``Σ min(p, r) = p(q > 0) + min_k [f(B_k) − p(B_k)]``,
+   the sweep's ``α*`` at ``H = V ∖ B_k``.
 3. **Swaps.** Inside a block, slots whose vertex mass is above ``c p`` (surplus) give
    pieces of their slot to later slots below it (deficit), which give back as much of
    theirs: ``μ`` of measure moves ``μ (v_i − v_k)`` of selection mass from ``i`` to ``k``,
@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from otbound.selection.rule import SelectionRule
+from otbound.selection.rule import SelectionRule, residual_cdf
 
-__all__ = ["LEVEL_RULE_DESIGNS", "has_level_rule", "level_rule"]
+__all__ = ["LEVEL_RULE_DESIGNS", "has_level_rule", "level_rule", "level_rule_acceptance"]
 
 #: The designs with a level rule that attains ``α*``, and the ``n`` each serves (None: any).
 LEVEL_RULE_DESIGNS: dict[str, int | None] = {"iid": None}
@@ -67,6 +67,11 @@ def level_rule(p: np.ndarray, q: np.ndarray, n: int, design: str = "iid") -> Sel
     ValueError
         A design or ``n`` without a level rule.
     """
+    _check(design, n)
+    return _iid_rule(p, q, n, design)
+
+
+def _check(design: str, n: int) -> None:
     if not has_level_rule(design, n):
         raise ValueError(
             f"no level rule attains α* for design={design!r} at n={n}; available: "
@@ -75,7 +80,24 @@ def level_rule(p: np.ndarray, q: np.ndarray, n: int, design: str = "iid") -> Sel
                 for d, m in LEVEL_RULE_DESIGNS.items()
             )
         )
-    return _iid_rule(p, q, n, design)
+
+
+def level_rule_acceptance(p: np.ndarray, q: np.ndarray, n: int, design: str = "iid") -> float:
+    """``Σ min(p, r)`` of :func:`level_rule`'s rule without building its swaps (one pass
+    over the slots after the sort: :func:`~otbound.selection._kernels.rule_acceptance`)."""
+    from otbound.selection._kernels import rule_acceptance  # numba
+
+    _check(design, n)
+    order = _slot_order(p, q)
+    return float(rule_acceptance(q[order], p[order], n))
+
+
+def _slot_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """The tokens with ``q > 0`` in decreasing ``p / q`` (the sort is cached per step)."""
+    from otbound.verifiers._step_cache import ratio_order
+
+    order: np.ndarray = ratio_order(p, q)[::-1].copy()
+    return order
 
 
 def _iid_rule(p: np.ndarray, q: np.ndarray, n: int, design: str) -> SelectionRule:
@@ -86,9 +108,8 @@ def _iid_rule(p: np.ndarray, q: np.ndarray, n: int, design: str) -> SelectionRul
         level_pieces,
         slot_values,
     )
-    from otbound.verifiers._step_cache import ratio_order
 
-    order = ratio_order(p, q)[::-1].copy()  # decreasing p / q, ties by decreasing id
+    order = _slot_order(p, q)
     q_sorted, p_sorted = q[order], p[order]
     _, values = slot_values(q_sorted, n)
     mass = q_sorted * values
@@ -112,4 +133,6 @@ def _iid_rule(p: np.ndarray, q: np.ndarray, n: int, design: str) -> SelectionRul
         slot=slot,
         cumulative=cumulative,
         selection=selection,
+        target=p,
+        rest_cdf=residual_cdf(p, selection),
     )

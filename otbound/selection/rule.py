@@ -27,13 +27,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from otbound.verifiers.base import residual, sample_tokens
+from otbound.verifiers.base import residual
 
-__all__ = ["SelectionRule", "single_draft_test"]
+__all__ = ["SelectionRule", "residual_cdf", "single_draft_test"]
+
+
+def residual_cdf(p: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """The cumulative sums of ``(p − r)⁺ / ‖(p − r)⁺‖₁`` (of ``p`` where ``r ≥ p`` everywhere),
+    ending at one: the residual that :func:`single_draft_test` draws from."""
+    rest = residual(p, r)
+    cdf: np.ndarray = np.cumsum(rest)
+    cdf /= cdf[-1]
+    return cdf
 
 
 def single_draft_test(
-    selected: np.ndarray, p: np.ndarray, r: np.ndarray, rng: np.random.Generator
+    selected: np.ndarray,
+    p: np.ndarray,
+    r: np.ndarray,
+    rng: np.random.Generator,
+    rest_cdf: np.ndarray | None = None,
 ) -> np.ndarray:
     r"""Single-draft speculative sampling of the selected drafts against ``p``, with ``r`` as
     the draft distribution.
@@ -45,6 +58,8 @@ def single_draft_test(
     p, r : numpy.ndarray, shape (V,)
         The target and the rule's selection marginal.
     rng : numpy.random.Generator
+    rest_cdf : numpy.ndarray, optional
+        :func:`residual_cdf` of ``p`` and ``r``, when the caller keeps it.
 
     Returns
     -------
@@ -52,12 +67,10 @@ def single_draft_test(
         ``selected`` where ``u < p / r`` (``u`` uniform), else a draw from
         ``(p − r)⁺ / ‖(p − r)⁺‖₁``: distributed as ``p`` exactly.
     """
-    u = rng.random(selected.size)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        keep = u * r[selected] < p[selected]
-    out: np.ndarray = np.where(
-        keep, selected, sample_tokens(residual(p, r), rng.random(selected.size))
-    )
+    cdf = residual_cdf(p, r) if rest_cdf is None else rest_cdf
+    keep = rng.random(selected.size) * r[selected] < p[selected]
+    drawn = np.searchsorted(cdf, rng.random(selected.size), side="right")
+    out: np.ndarray = np.where(keep, selected, np.minimum(drawn, cdf.size - 1))
     return out.astype(np.int64)
 
 
@@ -81,6 +94,10 @@ class SelectionRule:
         ``cumulative[j]`` of its measure.
     selection : numpy.ndarray, shape (V,)
         ``r(z) = P(Z = z)`` under the design, exact to rounding.
+    target : numpy.ndarray, shape (V,)
+        ``p``.
+    rest_cdf : numpy.ndarray, shape (V,)
+        :func:`residual_cdf` of ``p`` and ``r``.
     """
 
     design: str
@@ -91,10 +108,12 @@ class SelectionRule:
     slot: np.ndarray
     cumulative: np.ndarray
     selection: np.ndarray
+    target: np.ndarray
+    rest_cdf: np.ndarray
 
-    def acceptance(self, p: np.ndarray) -> float:
+    def acceptance(self) -> float:
         """``Σ min(p, r)``: the chance the selected draft passes its test."""
-        return float(np.minimum(p, self.selection).sum())
+        return float(np.minimum(self.target, self.selection).sum())
 
     def select(self, drafts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """The selected token of each row of ``drafts`` (trials, n): the highest level wins."""
@@ -109,6 +128,7 @@ class SelectionRule:
         chosen: np.ndarray = drafts[np.arange(drafts.shape[0]), index]
         return chosen
 
-    def verify(self, drafts: np.ndarray, p: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def verify(self, drafts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """The output token of each row of ``drafts``: a selection, then its single-draft test."""
-        return single_draft_test(self.select(drafts, rng), p, self.selection, rng)
+        selected = self.select(drafts, rng)
+        return single_draft_test(selected, self.target, self.selection, rng, self.rest_cdf)

@@ -36,7 +36,7 @@ import numpy as np
 
 from otbound._checks import clip_rounding
 from otbound.drafts import DESIGNS, DraftDesign, Greedy, Hub, TopK, num_tuples
-from otbound.selection import SelectionRule, has_level_rule, level_rule
+from otbound.selection import SelectionRule, has_level_rule, level_rule, level_rule_acceptance
 from otbound.verifiers.base import BaseVerifier, sample_tokens
 
 __all__ = ["MAX_TUPLES", "METHODS", "OptimalPlan", "OptimalTransport"]
@@ -207,8 +207,8 @@ class OptimalTransport(BaseVerifier):
         )
 
     def _acceptance(self, p: np.ndarray, q: np.ndarray, n: int) -> float | None:
-        if self.uses_levels(n):
-            return self.rule(p, q, n).acceptance(p)
+        if self.uses_levels(n):  # Σ min(p, r) of the rule, from its slots (no swaps)
+            return level_rule_acceptance(p, q, n, self.design)
         plan = self.plan(p, q, n)
         valid = plan.sets >= 0
         on_set = np.where(valid, plan.residual[np.where(valid, plan.sets, 0)], 0.0).sum(axis=1)
@@ -219,7 +219,7 @@ class OptimalTransport(BaseVerifier):
         self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
     ) -> int:
         if self.uses_levels(len(drafts)):
-            return int(self.rule(p, q, len(drafts)).verify(drafts[None, :], p, rng)[0])
+            return int(self.rule(p, q, len(drafts)).verify(drafts[None, :], rng)[0])
         plan = self.plan(p, q, len(drafts))
         row = int(plan.lookup(drafts[None, :], p.size)[0])  # the set S of the drafts
         u = rng.random()
@@ -236,7 +236,7 @@ class OptimalTransport(BaseVerifier):
         n: int
         trials, n = drafts.shape
         if self.uses_levels(n):
-            return self.rule(p, q, n).verify(drafts, p, rng)
+            return self.rule(p, q, n).verify(drafts, rng)
         plan = self.plan(p, q, n)
         rows = plan.lookup(drafts, p.size)
         cum = np.cumsum(plan.inside[rows], axis=1)

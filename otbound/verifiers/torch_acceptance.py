@@ -24,12 +24,14 @@ verifier                       torch formula
 ``gls``                        :func:`gls_acceptance`: closed form ``n = 1``, quadrature ``n ≥ 2``
 ``importance``                 :func:`~otbound.verifiers._torch_importance.importance_acceptance`,
                                ``n ≤ 2``, its default ``top`` (the stage LP's flow on the CPU)
+``optimal``                    :func:`~otbound.selection.torch_levels.level_rule_acceptance_torch`
+                               (its level rule), every ``n``
 =============================  ===============================================================
 
 Not here: ``rrs_without_replacement`` and ``importance`` at ``n ≥ 3`` (a sum over ``V^{n−1}``
 rejected prefixes or ``V^n`` draft tuples, or a Rao-Blackwellised estimate), ``importance``
-with another ``top``, and ``optimal`` (an LP per step): :func:`otbound.compare` computes them
-with numpy.
+with another ``top``, and ``optimal`` on another design or method (an LP per step):
+:func:`otbound.compare` computes them with numpy.
 
 This module imports torch; the package does not import it (``compute_bounds --device`` and
 :func:`torch_acceptance_on` do, when asked for).
@@ -54,6 +56,7 @@ from otbound.bounds.torch_sweep import (
 )
 from otbound.drafts import get_design
 from otbound.drafts._torch import top_mask
+from otbound.selection.torch_levels import level_rule_acceptance_torch
 from otbound.verifiers._torch_importance import importance_acceptance
 from otbound.verifiers._torch_two import single_or_refuse
 from otbound.verifiers.base import acceptance_what
@@ -490,6 +493,7 @@ _FORMULAS: dict[str, Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]] 
     "topk": topk_acceptance,
     "importance": importance_acceptance,
     "gls": gls_acceptance,
+    "optimal": level_rule_acceptance_torch,
 }
 
 #: The verifiers with a torch formula here, in registry order.
