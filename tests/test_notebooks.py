@@ -89,6 +89,14 @@ SMALL: dict[str, dict[str, object]] = {
     # runs it with the pair, opt-in)
     "08_real_pair": {"MAX_PROMPTS": 2, "MAX_NEW_TOKENS": 8, "MAX_STEPS": 16, "N_DRAFTS": (2, 4)},
     "09_audit_a_rule": {"MAX_STEPS": 4, "TRIALS": 20_000},
+    "10_optimal_verifier": {
+        "MAX_STEPS": 24,
+        "N_DRAFTS": (2, 4),
+        "TRIALS": 20_000,
+        "MAX_PROMPTS": 2,
+        "MAX_NEW_TOKENS": 6,
+        "TREES": "chain:2,binary:1",
+    },
 }
 
 #: Notebooks that need the real pair (``scripts/get_real_pair.py``); the suite runs them with the
@@ -183,6 +191,18 @@ EXPORTS: dict[str, dict[str, str]] = {
         "exact": "exact.summary()",
         "by_hand": "by_hand",
         "toy": "(p_toy, q_toy)",
+    },
+    "10_optimal_verifier": {
+        "p": "p",
+        "q": "q",
+        "n": "N",
+        "acceptance": "acceptance",
+        "alpha_star": "alpha_star",
+        "passed": "check.passed",
+        "table": "table",
+        "gaps": "gaps",
+        "steps": "result.steps",
+        "mine": "mine",
     },
 }
 
@@ -675,6 +695,37 @@ def _check_09(facts: dict, text: str) -> None:
     )
 
 
+def _check_10(facts: dict, text: str) -> None:
+    p, q, n = facts["p"], facts["q"], facts["n"]
+    star = ob.optimal_acceptance(p, q, n=n)
+    assert facts["alpha_star"] == star
+    assert facts["acceptance"] == pytest.approx(star, abs=1e-12) and facts["passed"]
+    table = facts["table"]
+    mine = table[table.verifier == "optimal"].set_index(["step", "n"]).acceptance
+    bound = table[(table.verifier == "bound") & (table.design == "iid")]
+    np.testing.assert_allclose(mine, bound.set_index(["step", "n"]).acceptance, atol=1e-12)
+    for row in facts["gaps"].itertuples():  # each gap from the table, paired by prompt
+        at_n = table[table.n == row.n]
+        d = ob.paired_difference(
+            at_n[at_n.verifier == "optimal"], at_n[at_n.verifier == row.verifier],
+            value="acceptance", cluster="prompt",
+        )  # fmt: skip
+        assert (row.gap, row.ci_low, row.ci_high) == (d.difference, d.ci_low, d.ci_high)
+        assert row.gap >= 0 and row.separated == d.excludes_zero
+    steps = facts["steps"]
+    for row in facts["mine"].itertuples():  # the tree lines, rebuilt from the calls
+        a = steps[(steps.verifier == "optimal") & (steps.tree == row.tree_a)]
+        b = steps[(steps.verifier == row.verifier_b) & (steps.tree == row.tree_a)]
+        d = ob.paired_difference(a, b)
+        assert row.difference == pytest.approx(d.difference, abs=1e-12)
+        verdict = "separated" if d.excludes_zero else "not separated at this size"
+        line = (
+            f"{row.tree_a}: optimal − {row.verifier_b} = {d.difference:+.3f} tokens per call "
+            f"[{d.ci_low:+.3f}, {d.ci_high:+.3f}]: {verdict}"
+        )
+        assert line in text, f"no {line!r} in the outputs"
+
+
 #: Checks of the values a notebook computed, against the library and each other.
 CHECKS: dict[str, Callable[[dict, str], None]] = {
     "01_quickstart": _check_01,
@@ -685,6 +736,7 @@ CHECKS: dict[str, Callable[[dict, str], None]] = {
     "06_dynamic_drafting": _check_06,
     "07_sequence_level_verification": _check_07,
     "09_audit_a_rule": _check_09,
+    "10_optimal_verifier": _check_10,
 }
 
 

@@ -790,12 +790,13 @@ def test_verifier_specific_limits():
         get_verifier("spechub").verify([1, 2], [0.2, 0.3, 0.5], [0.5, 0.3, 0.2])
     with pytest.raises(ValueError, match="top"):
         get_verifier("topk").verify([1, 2], [0.2, 0.3, 0.5], [0.5, 0.3, 0.2])
-    opt = get_verifier("optimal")
+    opt = get_verifier("optimal", method="lp")
     big = np.full(1_000, 1e-3)
     assert not opt.applies(big, big, 2)
     assert opt.acceptance(big, big, 2) is None
     with pytest.raises(ValueError, match="MAX_TUPLES"):
         opt.simulate(big, big, 2, trials=10)
+    assert get_verifier("optimal").applies(big, big, 2)  # the level rule: any vocabulary
 
 
 def test_simulation_is_reproducible_and_seed_sensitive():
@@ -1126,7 +1127,7 @@ def test_acceptances_of_raises_outside_the_limits_and_gives_none_where_not_defin
     hub = get_verifier("spechub")
     with pytest.raises(ValueError, match="n=2 only"):
         hub.acceptances_of(hub.validate_step(p, q), [2, 3])
-    optimal = get_verifier("optimal")
+    optimal = get_verifier("optimal", method="lp")
     wide = np.full(100, 0.01)
     assert optimal.acceptances_of(optimal.validate_step(wide, wide), [4]) == {4: None}
 

@@ -122,6 +122,9 @@ class SelectionRule:
         positions = self.position[drafts]
         if np.any(positions < 0):
             raise ValueError("drafts contain a token with q = 0, which the design never draws")
+        if drafts.shape[1] == 1:  # one draft: it is selected (no randomness spent on it)
+            only: np.ndarray = drafts[:, 0].copy()
+            return only
         piece_u = rng.random(drafts.shape)
         level_u = rng.random(drafts.shape)
         index = select_levels(positions, self.start, self.slot, self.cumulative, piece_u, level_u)
