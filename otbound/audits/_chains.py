@@ -34,12 +34,13 @@ from otbound.engines import Processing
 from otbound.engines.blocks import ChainRule, VllmBlock
 from otbound.evaluate import check_lossless
 
-__all__ = ["CELL_TOKENS", "MAX_ENUMERATED_CHAINS", "audit_chain_rows", "chain_step"]
+__all__ = ["CELL_TOKENS", "MAX_ENUMERATED_RUNS", "audit_chain_rows", "chain_step"]
 
 #: Tokens of each depth's target kept as cells of their own by the Monte Carlo test.
 CELL_TOKENS = 7
-#: The most draft chains (support^γ) an exact audit enumerates.
-MAX_ENUMERATED_CHAINS = 4096
+#: The most runs an exact audit's enumeration may cost: draft chains × the ``2^γ`` coins × the
+#: tokens of the last draw (each run replays the rule's code, tens of microseconds).
+MAX_ENUMERATED_RUNS = 4_000
 #: Entries of one (trials, V) block of the vectorised simulation.
 _CHUNK = 1 << 22
 
@@ -114,7 +115,8 @@ def chain_step(
 
     p, q, _ = compact(processing.apply(p_rows), processing.apply(q_rows))
     gamma = q.shape[0]
-    small = np.count_nonzero(q, axis=1).prod() <= MAX_ENUMERATED_CHAINS
+    runs = np.count_nonzero(q, axis=1).prod() * 2**gamma * np.count_nonzero(p, axis=1).max()
+    small = runs <= MAX_ENUMERATED_RUNS
     if exact and rule.enumerable and small:
         tv = lossless_gap(rule, p, q, gamma)
         accepted = rule.acceptance(p, q, gamma)
