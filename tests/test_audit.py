@@ -352,3 +352,14 @@ def test_the_command_reports_a_wrong_signature_in_one_line(tmp_path, capsys):
 
 def test_chain_rules_are_listed():
     assert CHAIN_RULES == ("vllm_block", "ascend_block")
+
+
+def test_the_command_audits_block_rules_beside_single_draft_ones(tmp_path, capsys):
+    out = tmp_path / "chains"
+    argv = ["--rule", "hf_assisted,ascend_block", "--n", "1", "--gamma", "2", "--top-k", "5"]
+    assert main([*argv, "--max-steps", "6", "--trials", "5000", "--out", str(out), "--quiet"]) == 0
+    summary = pd.read_csv(out / "audit.csv").set_index("rule")
+    assert (
+        summary.loc["hf_assisted", "steps"] == 6 and summary.loc["ascend_block", "kind"] == "chain"
+    )
+    assert summary.loc["ascend_block", "steps"] == 2  # two chains of three steps in six

@@ -14,7 +14,7 @@ from otbound.audits._audit import DEFAULT_TRIALS, AuditResult, audit_rows, summa
 from otbound.audits._chains import audit_chain_rows
 from otbound.audits._rules import as_audited
 from otbound.dumps import Dump, ShardData, StepDistributions, open_dump
-from otbound.engines import Processing, Sides
+from otbound.engines import CHAIN_RULES, ChainRule, Processing, Sides
 from otbound.evaluate import SIGNIFICANCE
 from otbound.verifiers.base import as_trials
 
@@ -169,7 +169,8 @@ def audit_rules(
     """:func:`audit_dump` of several rules, each step read and processed once for all.
 
     Block rules (:data:`otbound.engines.CHAIN_RULES`) are audited on chains of ``gamma + 1``
-    consecutive steps of one prompt (:func:`dump_chains`), the others on every step.
+    consecutive steps of one prompt (:func:`dump_chains`; ``n`` and ``design`` are the other
+    rules'), the others on every step.
 
     Returns
     -------
@@ -177,7 +178,12 @@ def audit_rules(
         In the order of ``rules``.
     """
     processing = Processing(temperature, top_k, top_p)
-    audited = [as_audited(r, processing=processing, n=n, design=design) for r in rules]
+    audited = [
+        as_audited(r, processing=processing)
+        if isinstance(r, ChainRule) or r in CHAIN_RULES  # one chain: no n or design
+        else as_audited(r, processing=processing, n=n, design=design)
+        for r in rules
+    ]
     source = _open(dump)
     if max_steps is not None and max_steps < 1:
         raise ValueError(f"max_steps must be at least 1, got {max_steps}")
