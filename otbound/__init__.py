@@ -7,55 +7,17 @@ is imported from its module the first time it is used (PEP 562 module ``__getatt
 subpackages do the same), so ``ob.compare`` loads what :func:`compare` needs and no more.
 """
 
-import importlib as _importlib
 import os as _os
-import sys as _sys
-from collections.abc import Callable as _Callable
 from typing import TYPE_CHECKING
-from typing import Any as _Any
+
+from otbound._lazy import lazy_exports as _lazy_exports
+from otbound._version import __version__ as __version__
 
 # numba's compiled sweeps run on OpenMP threads, which by default spin while they wait for each
 # other: on a busy machine (parallel jobs, a notebook beside a training run) that makes them up
 # to 10x slower than one thread. Passive waiting costs nothing when the cores are free. Set
 # before numba loads OpenMP; a value the user chose is kept.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-
-def _lazy_exports(
-    package: str, exports: dict[str, tuple[str, ...]]
-) -> tuple[_Callable[[str], _Any], _Callable[[], list[str]]]:
-    """A package's module ``__getattr__`` and ``__dir__`` (PEP 562) that import each exported
-    name from its module on first use.
-
-    ``exports`` maps a module to the names the package re-exports from it (the same names the
-    package imports under ``TYPE_CHECKING``, for type checkers). Any other name is looked up
-    as a submodule (``otbound.bounds.sweep``), as an eager ``import`` of the package once made
-    every submodule an attribute. A name is bound in the package once found, so the next use
-    costs nothing.
-    """
-    origins = {name: module for module, names in exports.items() for name in names}
-
-    def __getattr__(name: str) -> _Any:
-        origin = origins.get(name)
-        if origin is not None:
-            value = getattr(_importlib.import_module(origin), name)
-        elif name.startswith("__") or not name.isidentifier():
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        else:
-            try:
-                value = _importlib.import_module(f"{package}.{name}")
-            except ModuleNotFoundError as error:
-                if error.name != f"{package}.{name}":
-                    raise  # the submodule exists but needs what is not installed
-                raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
-        setattr(_sys.modules[package], name, value)
-        return value
-
-    def __dir__() -> list[str]:
-        module = _sys.modules[package]
-        return sorted(set(vars(module)) | set(origins) | set(getattr(module, "__all__", ())))
-
-    return __getattr__, __dir__
 
 
 if TYPE_CHECKING:
@@ -181,4 +143,3 @@ __all__ = [
     "solve_spechub_lp",
     "trees",
 ]
-__version__ = "0.1.0"

@@ -480,7 +480,7 @@ def test_resume_refuses_another_otbound_version(dump_dir, tmp_path: Path, monkey
     dump = ob.open_dump(path)
     assert _run(dump, tmp_path / "out").ok
     before = ob.__version__
-    monkeypatch.setattr(ob, "__version__", "99.0")
+    monkeypatch.setattr("otbound._version.__version__", "99.0")
     with pytest.raises(ValueError, match=rf"otbound {before}.*this is otbound 99\.0") as info:
         _run(dump, tmp_path / "out", resume=True)
     assert "\n" not in str(info.value)

@@ -340,7 +340,7 @@ def test_resume_with_another_version_is_refused(
     out = tmp_path / "out"
     assert run(capsys, dump, *FAST, "--out", out)[0] == 0
     before = otbound.__version__
-    monkeypatch.setattr(otbound, "__version__", "99.0")
+    monkeypatch.setattr("otbound._version.__version__", "99.0")
     code, _, err = run(capsys, dump, *FAST, "--out", out, "--resume")
     line = one_error_line(err)
     assert code == 1 and f"made by otbound {before}, this is otbound 99.0" in line

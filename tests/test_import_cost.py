@@ -1,7 +1,7 @@
 """``import otbound`` is cheap: each public name is imported from its module on first use.
 
 The package and its subpackages re-export their names lazily (PEP 562 module ``__getattr__``,
-:func:`otbound._lazy_exports`), with the same imports under ``TYPE_CHECKING`` for type
+:func:`otbound._lazy.lazy_exports`), with the same imports under ``TYPE_CHECKING`` for type
 checkers. These tests hold the heavy dependencies out of a bare import (no timings: the time
 itself is ``benchmarks/bench_import.py``'s), check that using a name loads what it needs, and
 that the lazy tables, the ``TYPE_CHECKING`` imports and ``__all__`` name the same objects.
@@ -27,15 +27,24 @@ HEAVY = ("pandas", "numba", "highspy", "scipy", "matplotlib", "cvxpy", "torch", 
 LAZY_PACKAGES = (
     "otbound",
     "otbound.analysis",
+    "otbound.audits",
     "otbound.bounds",
     "otbound.capture",
     "otbound.drafts",
     "otbound.dumps",
+    "otbound.engines",
     "otbound.sequence",
     "otbound.tree_decoding",
     "otbound.trees",
     "otbound.verifiers",
 )
+
+
+#: The name the lazy table's call goes by (``otbound/__init__.py`` keeps it private).
+LAZY_FUNCTIONS = ("lazy_exports", "_lazy_exports")
+
+#: Modules that still take a name from ``otbound/__init__.py`` (to import it from its module).
+IMPORTS_BACK_UP = {"otbound/tree_decoding/__init__.py"}
 
 
 def loaded_after(code: str) -> dict[str, bool]:
@@ -147,7 +156,7 @@ def _declared(package: str) -> tuple[dict[str, str], dict[str, str], set[str]]:
                         typed[alias.asname or alias.name] = statement.module
         for statement in node.orelse:
             call = getattr(statement, "value", None)
-            if isinstance(call, ast.Call) and ast.unparse(call.func) == "_lazy_exports":
+            if isinstance(call, ast.Call) and ast.unparse(call.func) in LAZY_FUNCTIONS:
                 table = ast.literal_eval(call.args[1])
                 lazy = {name: module for module, names in table.items() for name in names}
     return typed, lazy, submodules
@@ -171,3 +180,28 @@ def test_lazy_table_matches_type_checking_imports_and_all(package):
         assert getattr(module, name) is expected, f"{package}.{name}"
         if name not in submodules:
             assert getattr(importlib.import_module(lazy[name]), name) is expected
+
+
+def _names_from_the_package(path: Path) -> list[str]:
+    """The names ``path`` imports from ``otbound`` itself that are not its submodules."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module == "otbound" and node.level == 0:
+            for alias in node.names:
+                package = ROOT / "otbound" / alias.name
+                if not (package.is_dir() or package.with_suffix(".py").is_file()):
+                    found.append(alias.name)
+    return found
+
+
+def test_no_module_imports_back_up_to_the_package():
+    """``otbound/__init__.py`` re-exports for users; inside the package each name comes from
+    its own module (``__version__`` from ``otbound._version``, the lazy tables from
+    ``otbound._lazy``), so no import runs back up to the top."""
+    offenders = {
+        str(path.relative_to(ROOT)): names
+        for path in sorted((ROOT / "otbound").rglob("*.py"))
+        if path.name != "__init__.py" or path.parent != ROOT / "otbound"
+        if (names := _names_from_the_package(path))
+    }
+    assert set(offenders) <= IMPORTS_BACK_UP, offenders

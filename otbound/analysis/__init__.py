@@ -23,7 +23,7 @@ Examples
 
 from typing import TYPE_CHECKING
 
-from otbound import _lazy_exports
+from otbound._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from otbound.analysis._config import (
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     )
     from otbound.analysis._summary import SUMMARY_COLUMNS, gap_histogram, summarise
 else:
-    __getattr__, __dir__ = _lazy_exports(
+    __getattr__, __dir__ = lazy_exports(
         __name__,
         {
             "otbound.analysis._config": (

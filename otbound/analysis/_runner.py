@@ -594,7 +594,7 @@ def _write_outputs(
 
 
 def _version() -> str:
-    from otbound import __version__
+    from otbound._version import __version__
 
     return __version__
 

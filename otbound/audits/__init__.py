@@ -11,14 +11,14 @@ token``. What is exact and what is Monte Carlo, and how the verdict is reached:
 
 from typing import TYPE_CHECKING
 
-from otbound import _lazy_exports
+from otbound._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from otbound.audits._api import SAMPLE_DUMP, audit, audit_dump, audit_rules
     from otbound.audits._audit import EXACT_TOLERANCE, STEP_COLUMNS, AuditResult
     from otbound.audits._power import detectable_tv
 else:
-    __getattr__, __dir__ = _lazy_exports(
+    __getattr__, __dir__ = lazy_exports(
         __name__,
         {
             "otbound.audits._api": ("SAMPLE_DUMP", "audit", "audit_dump", "audit_rules"),

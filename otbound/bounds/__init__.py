@@ -2,7 +2,7 @@
 
 from typing import TYPE_CHECKING
 
-from otbound import _lazy_exports
+from otbound._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from otbound.bounds._highs import solve_lp
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from otbound.bounds.spechub import SpecHubLPResult, solve_spechub_lp
     from otbound.bounds.sweep import SweepResult, optimal_acceptance
 else:
-    __getattr__, __dir__ = _lazy_exports(
+    __getattr__, __dir__ = lazy_exports(
         __name__,
         {
             "otbound.bounds._highs": ("solve_lp",),

@@ -44,7 +44,7 @@ does not import this package.
 
 from typing import TYPE_CHECKING
 
-from otbound import _lazy_exports
+from otbound._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from otbound.capture._errors import CaptureError, ModelFileError, out_of_memory_guard
@@ -114,7 +114,7 @@ if TYPE_CHECKING:
         returned_cache,
     )
 else:
-    __getattr__, __dir__ = _lazy_exports(
+    __getattr__, __dir__ = lazy_exports(
         __name__,
         {
             "otbound.capture._errors": ("CaptureError", "ModelFileError", "out_of_memory_guard"),

@@ -35,7 +35,7 @@ def model_entry(model: Any) -> dict[str, Any]:
 def _versions() -> dict[str, str]:
     import transformers
 
-    from otbound import __version__
+    from otbound._version import __version__
 
     return {
         "otbound": __version__,

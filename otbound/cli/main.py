@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import NamedTuple, NoReturn
 
-from otbound import __version__
+from otbound._version import __version__
 from otbound.cli._common import exit_now
 
 PROG = "otbound"

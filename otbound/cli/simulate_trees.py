@@ -313,7 +313,7 @@ def _write(
 
 
 def _version() -> str:
-    from otbound import __version__
+    from otbound._version import __version__
 
     return __version__
 

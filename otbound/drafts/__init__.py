@@ -37,7 +37,7 @@ helpers the designs share with the rest of otbound in :mod:`otbound.drafts.helpe
 
 from typing import TYPE_CHECKING
 
-from otbound import _lazy_exports
+from otbound._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from otbound.drafts.base import (
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from otbound.drafts.registry import DESIGNS, designs_where, get_design
     from otbound.drafts.without_replacement import WithoutReplacement
 else:
-    __getattr__, __dir__ = _lazy_exports(
+    __getattr__, __dir__ = lazy_exports(
         __name__,
         {
             "otbound.drafts.base": (

@@ -37,7 +37,7 @@ top-k and top-p identically to both models; :func:`acceptance_interval` gives ``
 
 from typing import TYPE_CHECKING
 
-from otbound import _lazy_exports
+from otbound._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from otbound.bounds.intervals import INTERVAL_DESIGNS
@@ -72,7 +72,7 @@ if TYPE_CHECKING:
     )
     from otbound.dumps._writer import DumpWriter
 else:
-    __getattr__, __dir__ = _lazy_exports(
+    __getattr__, __dir__ = lazy_exports(
         __name__,
         {
             "otbound.bounds.intervals": ("INTERVAL_DESIGNS",),

@@ -322,7 +322,7 @@ def parse_storage(storage: object, where: str) -> int | None:
 
 def creation_info() -> dict[str, str]:
     """When and with what a dump was created (no host or user names)."""
-    from otbound import __version__
+    from otbound._version import __version__
 
     return {
         "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

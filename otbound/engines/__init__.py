@@ -29,7 +29,7 @@ Block rules on drafted chains (:data:`CHAIN_RULES`, sequence verifiers,
 
 from typing import TYPE_CHECKING
 
-from otbound import _lazy_exports
+from otbound._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from otbound.engines._base import EngineRule, Processing, Sides
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
         get_engine_rule,
     )
 else:
-    __getattr__, __dir__ = _lazy_exports(
+    __getattr__, __dir__ = lazy_exports(
         __name__,
         {
             "otbound.engines._base": ("EngineRule", "Processing", "Sides"),

@@ -50,7 +50,7 @@ Sun et al.'s motivating example: ``p = (1/3, 2/3)``, ``q = (2/3, 1/3)``, ``γ = 
 
 from typing import TYPE_CHECKING
 
-from otbound import _lazy_exports
+from otbound._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from otbound.sequence._base import SequenceSimulation, SequenceVerifier
@@ -82,7 +82,7 @@ if TYPE_CHECKING:
     from otbound.sequence.token import TokenVerifier
     from otbound.sequence.traversal import TraversalVerifier
 else:
-    __getattr__, __dir__ = _lazy_exports(
+    __getattr__, __dir__ = lazy_exports(
         __name__,
         {
             "otbound.sequence._base": ("SequenceSimulation", "SequenceVerifier"),

@@ -55,7 +55,7 @@ Examples
 
 from typing import TYPE_CHECKING
 
-from otbound import _lazy_exports
+from otbound._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from otbound.trees._beam import beam_block_efficiency
@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from otbound.trees._predict import PREDICT_COLUMNS, predict_tokens_per_call
     from otbound.trees._shapes import Tree, canonical_tree, chain, clean_tree, kary_tree
 else:
-    __getattr__, __dir__ = _lazy_exports(
+    __getattr__, __dir__ = lazy_exports(
         __name__,
         {
             "otbound.trees._beam": ("beam_block_efficiency",),

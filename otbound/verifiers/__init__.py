@@ -27,14 +27,14 @@ uses through its ``acceptance`` (a :class:`BatchAcceptance`).
 
 from typing import TYPE_CHECKING
 
-from otbound import _lazy_exports
+from otbound._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from otbound.verifiers.base import BaseVerifier, SimulationResult, Verifier
     from otbound.verifiers.batched import BatchAcceptance
     from otbound.verifiers.registry import VERIFIERS, get_verifier
 else:
-    __getattr__, __dir__ = _lazy_exports(
+    __getattr__, __dir__ = lazy_exports(
         __name__,
         {
             "otbound.verifiers.base": ("BaseVerifier", "SimulationResult", "Verifier"),
