@@ -25,18 +25,18 @@ class ModelFileError(CaptureError):
     exit_status = 2
 
 
-def _check_limits(**limits: int | None) -> None:
+def check_limits(**limits: int | None) -> None:
     for name, value in limits.items():
         if value is not None and value < 1:
             raise CaptureError(f"{name} must be at least 1, got {value}")
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
     return lines[0] if lines else type(exc).__name__
 
 
-def _is_out_of_memory(exc: BaseException) -> bool:
+def is_out_of_memory(exc: BaseException) -> bool:
     oom = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
     return isinstance(exc, (oom, torch.cuda.OutOfMemoryError)) or (
         isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
@@ -49,7 +49,7 @@ def out_of_memory_guard(batch_size: int | None, what: str) -> Iterator[None]:
     try:
         yield
     except (RuntimeError, MemoryError) as exc:
-        if not (_is_out_of_memory(exc) or isinstance(exc, MemoryError)):
+        if not (is_out_of_memory(exc) or isinstance(exc, MemoryError)):
             raise
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from otbound.capture._models import _dtype_name, gguf_source, logit_width, model_name
-from otbound.capture._settings import _Settings
+from otbound.capture._models import gguf_source, logit_width, model_dtype_name, model_name
+from otbound.capture._settings import CaptureSettings
 from otbound.capture._vocabulary import Vocabulary
 
 #: Version of what otbound.capture records (manifest ``extra`` and the extra Parquet columns).
@@ -45,13 +45,13 @@ def _versions() -> dict[str, str]:
     }
 
 
-def _build_extra(
+def build_extra(
     *,
     target: Any,
     draft: Any,
     tokenizer: Any,
     vocab: Vocabulary,
-    settings: _Settings,
+    settings: CaptureSettings,
     store: str,
     shard_steps: int,
     prompts: Mapping[str, Any],
@@ -67,7 +67,7 @@ def _build_extra(
         "target": model_entry(target),
         "draft": model_entry(draft),
         "tokenizer": tok,
-        "model_dtype": _dtype_name(target),
+        "model_dtype": model_dtype_name(target),
         "device": str(device),
         "batch_size": settings.batch_size,
         "store": store,

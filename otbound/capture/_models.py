@@ -16,8 +16,8 @@ import torch
 from otbound.capture._errors import (
     CaptureError,
     ModelFileError,
-    _first_line,
-    _is_out_of_memory,
+    first_line,
+    is_out_of_memory,
     out_of_memory_guard,
 )
 from otbound.capture._gguf import (
@@ -48,7 +48,7 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
     try:
         resolved = torch.device(device)
     except (RuntimeError, ValueError) as exc:
-        raise CaptureError(f"device {device!r}: {_first_line(exc)}") from None
+        raise CaptureError(f"device {device!r}: {first_line(exc)}") from None
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise CaptureError(f"device {device!r}: CUDA is not available on this machine")
     return resolved
@@ -89,7 +89,7 @@ _GGUF_ATTRIBUTE = "_otbound_gguf"
 def _needs_gguf_packages(path: str | Path, exc: BaseException) -> CaptureError:
     return CaptureError(
         f"{path}: loading a GGUF file needs the gguf and accelerate packages "
-        f"({_first_line(exc)}): pip install 'otbound[torch]'"
+        f"({first_line(exc)}): pip install 'otbound[torch]'"
     )
 
 
@@ -130,11 +130,11 @@ def _load_gguf_model(path: str | Path, dtype: torch.dtype, trust_remote_code: bo
     except ImportError as exc:
         raise _needs_gguf_packages(path, exc) from None
     except Exception as exc:
-        if isinstance(exc, MemoryError) or _is_out_of_memory(exc):
+        if isinstance(exc, MemoryError) or is_out_of_memory(exc):
             raise  # out_of_memory_guard's advice, not a bad file
         raise ModelFileError(
             f"{path}: transformers cannot load this GGUF file (architecture "
-            f"{header.architecture!r}): {_first_line(exc)}"
+            f"{header.architecture!r}): {first_line(exc)}"
         ) from None
     model.name_or_path = str(header.path)
     setattr(model, _GGUF_ATTRIBUTE, gguf_record(header.path))
@@ -198,7 +198,7 @@ def load_model(
         config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
     except Exception as exc:
         raise CaptureError(
-            f"{path}: cannot read the model config{where}: {_first_line(exc)}"
+            f"{path}: cannot read the model config{where}: {first_line(exc)}"
         ) from None
     try:
         model = AutoModelForCausalLM.from_pretrained(
@@ -210,9 +210,9 @@ def load_model(
                 f"{path}: holds no causal language model (model type "
                 f"{getattr(config, 'model_type', '?')!r} has no causal-LM head)"
             ) from None
-        raise CaptureError(f"{path}: cannot load the model: {_first_line(exc)}") from None
+        raise CaptureError(f"{path}: cannot load the model: {first_line(exc)}") from None
     except Exception as exc:
-        raise CaptureError(f"{path}: cannot load the model{where}: {_first_line(exc)}") from None
+        raise CaptureError(f"{path}: cannot load the model{where}: {first_line(exc)}") from None
     with out_of_memory_guard(None, "loading the model"):
         model.to(target_device)
     return model.eval()
@@ -246,7 +246,7 @@ def _load_gguf_tokenizer(path: str | Path, trust_remote_code: bool) -> Any:
         raise _needs_gguf_packages(path, exc) from None
     except Exception as exc:
         raise CaptureError(
-            f"{path}: cannot build the tokenizer this GGUF file describes: {_first_line(exc)}"
+            f"{path}: cannot build the tokenizer this GGUF file describes: {first_line(exc)}"
         ) from None
     tokenizer.name_or_path = str(header.path)
     return tokenizer
@@ -276,9 +276,7 @@ def load_tokenizer(path: str | Path, *, trust_remote_code: bool = False) -> Any:
     try:
         return AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
     except Exception as exc:
-        raise CaptureError(
-            f"{text}: cannot load the tokenizer{where}: {_first_line(exc)}"
-        ) from None
+        raise CaptureError(f"{text}: cannot load the tokenizer{where}: {first_line(exc)}") from None
 
 
 def prompt_tokenizer(
@@ -383,7 +381,7 @@ def eos_token_ids(model: Any, tokenizer: Any = None) -> list[int]:
     return sorted(set(found))
 
 
-def _dtype_name(model: Any) -> str:
+def model_dtype_name(model: Any) -> str:
     dtype = next(model.parameters()).dtype
     names = {v: k for k, v in MODEL_DTYPES.items()}
     return names.get(dtype, str(dtype).removeprefix("torch."))

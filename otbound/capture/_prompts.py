@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from otbound.capture._errors import CaptureError, _check_limits, _first_line
+from otbound.capture._errors import CaptureError, check_limits, first_line
 from otbound.dumps import file_sha256
 
 #: Which end of a long prompt ``max_prompt_tokens`` cuts: ``left`` keeps the last tokens.
@@ -141,7 +141,7 @@ def _chat_text(content: str | Messages, tokenizer: Any, where: str) -> str:
             tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         )
     except Exception as exc:
-        raise CaptureError(f"{where}: the chat template fails: {_first_line(exc)}") from None
+        raise CaptureError(f"{where}: the chat template fails: {first_line(exc)}") from None
 
 
 def _encode(
@@ -228,7 +228,7 @@ def read_prompts(
         tokenizer that has none.
     """
     path = Path(path)
-    _check_limits(max_prompts=max_prompts, max_prompt_tokens=max_prompt_tokens)
+    check_limits(max_prompts=max_prompts, max_prompt_tokens=max_prompt_tokens)
     if truncation_side not in TRUNCATION_SIDES:
         raise CaptureError(f"truncation_side must be 'left' or 'right', got {truncation_side!r}")
     if chat_template:
@@ -269,7 +269,7 @@ def prompt_file_info(path: str | Path) -> dict[str, Any]:
     }
 
 
-def _prompts_digest(prompts: Sequence[Prompt]) -> str:
+def prompts_digest(prompts: Sequence[Prompt]) -> str:
     """sha256 of the prompts' token ids (what identifies prompts given as objects)."""
     sha = hashlib.sha256()
     for prompt in prompts:

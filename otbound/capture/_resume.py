@@ -127,7 +127,7 @@ def _short(value: Any) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
-def _existing_dump(out: Path, resume: bool) -> Mapping[str, Any] | None:
+def existing_dump(out: Path, resume: bool) -> Mapping[str, Any] | None:
     manifest_path = out / MANIFEST_NAME
     if manifest_path.exists():
         if not resume:
@@ -143,7 +143,7 @@ def _existing_dump(out: Path, resume: bool) -> Mapping[str, Any] | None:
     return None
 
 
-def _already_logged(prompt: Prompt, continuation: list[int], state: DumpProgress) -> int:
+def already_logged(prompt: Prompt, continuation: list[int], state: DumpProgress) -> int:
     """Steps of ``prompt`` already in the dump; checks they are the ones just regenerated."""
     done = state.logged.get(prompt.id, 0)
     if done and continuation[:done] != state.tokens.get(prompt.id, [])[:done]:

@@ -11,27 +11,27 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from otbound.capture._errors import CaptureError, _check_limits, out_of_memory_guard
+from otbound.capture._errors import CaptureError, check_limits, out_of_memory_guard
 from otbound.capture._generate import aligned_logits, generate_continuations, prompt_generator
-from otbound.capture._manifest import _build_extra
+from otbound.capture._manifest import build_extra
+from otbound.capture._models import draft_tokenizer as _own_draft_tokenizer
 from otbound.capture._models import (
-    _dtype_name,
     eos_token_ids,
     has_tokenizer,
     load_model,
     load_tokenizer,
+    model_dtype_name,
 )
-from otbound.capture._models import draft_tokenizer as _own_draft_tokenizer
-from otbound.capture._prompts import Prompt, _prompts_digest, prompt_file_info, read_prompts
+from otbound.capture._prompts import Prompt, prompt_file_info, prompts_digest, read_prompts
 from otbound.capture._resume import (
     DumpProgress,
-    _already_logged,
-    _existing_dump,
+    already_logged,
     check_resumable,
     dump_progress,
+    existing_dump,
 )
-from otbound.capture._settings import _check_prompts, _check_settings, _Settings
-from otbound.capture._shards import _auto_shard_steps, _prompt_frame, _ShardBuffer, _storage_rows
+from otbound.capture._settings import CaptureSettings, check_prompts, check_settings
+from otbound.capture._shards import ShardBuffer, auto_shard_steps, prompt_frame, storage_rows
 from otbound.capture._vocabulary import Vocabulary, plan_vocabulary
 from otbound.capture.calls import model_device
 from otbound.dumps import DumpWriter
@@ -70,7 +70,7 @@ def _prompt_list(
         return read_prompts(prompts, tokenizer, **options), {**info, **options}
     prompts = list(prompts)
     if source is None:
-        source = {"file": None, "sha256": _prompts_digest(prompts), "format": "objects"}
+        source = {"file": None, "sha256": prompts_digest(prompts), "format": "objects"}
     if options["max_prompts"] is not None:
         prompts = prompts[: options["max_prompts"]]
     return prompts, {**source, **options}
@@ -79,11 +79,11 @@ def _prompt_list(
 def _run_batches(
     todo: Sequence[Prompt],
     models: Mapping[str, Any],
-    settings: _Settings,
+    settings: CaptureSettings,
     vocab: Vocabulary,
     eos: Sequence[int],
     state: DumpProgress,
-    buffer: _ShardBuffer,
+    buffer: ShardBuffer,
     progress: bool,
 ) -> None:
     bar = tqdm(total=len(todo), unit="prompt", desc="logging", disable=None if progress else True)
@@ -105,18 +105,16 @@ def _run_batches(
                 steps = aligned_logits(
                     models["target"], models["draft"], inputs, continuations, vocab_size=vocab.size
                 )
-            skips = [
-                _already_logged(p, c, state) for p, c in zip(batch, continuations, strict=True)
-            ]
+            skips = [already_logged(p, c, state) for p, c in zip(batch, continuations, strict=True)]
             keep = np.concatenate(
                 [np.arange(len(c)) >= s for c, s in zip(continuations, skips, strict=True)]
             )
             frames = [
-                _prompt_frame(p, c, s) for p, c, s in zip(batch, continuations, skips, strict=True)
+                prompt_frame(p, c, s) for p, c, s in zip(batch, continuations, skips, strict=True)
             ]
             buffer.add(
-                _storage_rows(steps.target[keep], settings.storage_dtype, settings.topk),
-                _storage_rows(steps.draft[keep], settings.storage_dtype, settings.topk),
+                storage_rows(steps.target[keep], settings.storage_dtype, settings.topk),
+                storage_rows(steps.draft[keep], settings.storage_dtype, settings.topk),
                 pd.concat(frames, ignore_index=True),
             )
             bar.update(len(batch))
@@ -231,12 +229,12 @@ def log_distributions(
         "add_special_tokens": add_special_tokens,
         "chat_template": bool(chat_template),
     }
-    _check_limits(max_prompts=max_prompts, max_prompt_tokens=max_prompt_tokens)
+    check_limits(max_prompts=max_prompts, max_prompt_tokens=max_prompt_tokens)
     if isinstance(target, (str, Path)):
         dtype_name = dtype
     else:
-        dtype_name = _dtype_name(target)
-    settings = _check_settings(
+        dtype_name = model_dtype_name(target)
+    settings = check_settings(
         max_new_tokens=max_new_tokens,
         temperature=temperature,
         top_p=top_p,
@@ -249,7 +247,7 @@ def log_distributions(
         model_dtype=dtype_name,
         stop_at_eos=stop_at_eos,
     )
-    previous = _existing_dump(out, resume)
+    previous = existing_dump(out, resume)
     draft_tokenizer = _as_draft_tokenizer(draft_tokenizer, draft, tokenizer, target)
     tokenizer = _as_tokenizer(tokenizer, target)
     prompt_list, prompt_info = _prompt_list(prompts, tokenizer, options, prompt_source)
@@ -262,13 +260,13 @@ def log_distributions(
     vocab = plan_vocabulary(models["target"], models["draft"], tokenizer, draft_tokenizer)
     if settings.topk is not None and settings.topk > vocab.size:
         raise CaptureError(f"store topk:{settings.topk} exceeds the vocabulary ({vocab.size})")
-    _check_prompts(prompt_list, vocab, models, settings.max_new_tokens)
+    check_prompts(prompt_list, vocab, models, settings.max_new_tokens)
     gen_model = models[settings.generator]
     eos = [t for t in eos_token_ids(gen_model, tokenizer) if t < vocab.size] if stop_at_eos else []
-    steps_per_shard = shard_steps or _auto_shard_steps(
+    steps_per_shard = shard_steps or auto_shard_steps(
         vocab.size, settings.storage_dtype, settings.topk
     )
-    record = _build_extra(
+    record = build_extra(
         target=models["target"],
         draft=models["draft"],
         tokenizer=tokenizer,
@@ -301,7 +299,7 @@ def log_distributions(
             resume=previous is not None,
         )
 
-    buffer = _ShardBuffer(open_writer, steps_per_shard)
+    buffer = ShardBuffer(open_writer, steps_per_shard)
     _run_batches(todo, models, settings, vocab, eos, state, buffer, progress)
     buffer.finish()
     return out

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from otbound.capture._errors import CaptureError, _check_limits
+from otbound.capture._errors import CaptureError, check_limits
 from otbound.capture._models import context_length
 from otbound.capture._prompts import Prompt
 from otbound.capture._vocabulary import Vocabulary
@@ -21,7 +21,7 @@ STORAGE_DTYPES = ("float16", "bfloat16", "float32")
 
 
 @dataclass(frozen=True)
-class _Settings:
+class CaptureSettings:
     max_new_tokens: int
     temperature: float
     top_p: float
@@ -33,7 +33,7 @@ class _Settings:
     stop_at_eos: bool
 
 
-def _check_settings(
+def check_settings(
     *,
     max_new_tokens: int,
     temperature: float,
@@ -46,8 +46,8 @@ def _check_settings(
     seed: int,
     model_dtype: str,
     stop_at_eos: bool,
-) -> _Settings:
-    _check_limits(max_new_tokens=max_new_tokens, batch_size=batch_size, shard_steps=shard_steps)
+) -> CaptureSettings:
+    check_limits(max_new_tokens=max_new_tokens, batch_size=batch_size, shard_steps=shard_steps)
     if not temperature >= 0 or not np.isfinite(temperature):
         raise CaptureError(f"temperature must be >= 0, got {temperature}")
     if not 0 < top_p <= 1:
@@ -68,7 +68,7 @@ def _check_settings(
         )
     if topk is not None and storage_dtype != "float32":
         raise CaptureError(f"top-k storage needs storage_dtype float32, got {storage_dtype}")
-    return _Settings(
+    return CaptureSettings(
         max_new_tokens,
         float(temperature),
         float(top_p),
@@ -81,7 +81,7 @@ def _check_settings(
     )
 
 
-def _check_prompts(
+def check_prompts(
     prompts: Sequence[Prompt], vocab: Vocabulary, models: Mapping[str, Any], new_tokens: int
 ) -> None:
     """Token ids inside the vocabulary; prompt + continuation inside each model's context."""

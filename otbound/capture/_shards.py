@@ -21,7 +21,7 @@ SHARD_BYTES = 256 * 2**20
 _ROW_CHUNK = 256  # rows converted to top-k at once (float64 copies of full rows)
 
 
-def _storage_rows(rows: torch.Tensor, storage_dtype: str, topk: int | None) -> Any:
+def storage_rows(rows: torch.Tensor, storage_dtype: str, topk: int | None) -> Any:
     """Rows as the dump stores them: a numpy array (bfloat16 as bits) or TopKRows."""
     if topk is not None:
         parts = [
@@ -49,7 +49,7 @@ def _take(rows: Any, index: Any) -> Any:
     return rows.take(index) if isinstance(rows, TopKRows) else rows[index]
 
 
-def _auto_shard_steps(vocab: int, storage_dtype: str, topk: int | None) -> int:
+def auto_shard_steps(vocab: int, storage_dtype: str, topk: int | None) -> int:
     """Steps per shard: at most :data:`MAX_SHARD_STEPS` and about :data:`SHARD_BYTES`."""
     if topk is not None:
         per_model = topk * (8 + 4) + 8  # int64 ids, float32 logits, float64 logsumexp
@@ -58,7 +58,7 @@ def _auto_shard_steps(vocab: int, storage_dtype: str, topk: int | None) -> int:
     return int(max(1, min(MAX_SHARD_STEPS, SHARD_BYTES // (2 * per_model))))
 
 
-def _prompt_frame(prompt: Prompt, continuation: Sequence[int], skip: int) -> pd.DataFrame:
+def prompt_frame(prompt: Prompt, continuation: Sequence[int], skip: int) -> pd.DataFrame:
     length = len(prompt.input_ids)
     steps = np.arange(skip, len(continuation), dtype=np.int64)
     return pd.DataFrame(
@@ -72,7 +72,7 @@ def _prompt_frame(prompt: Prompt, continuation: Sequence[int], skip: int) -> pd.
     )
 
 
-class _ShardBuffer:
+class ShardBuffer:
     """Steps waiting for a shard; shards of exactly ``shard_steps`` steps (the last: fewer).
 
     The writer is opened at the first shard, so a run that fails before it leaves nothing.
