@@ -79,6 +79,7 @@ def test_frozen_rows_are_known_by_their_objects_without_keeping_them() -> None:
     other = Step.validate(step.p.copy(), step.q.copy()).freeze()  # equal values, new objects
     assert _counting_memo(v, other.p, other.q, builds) == first and len(builds) == 2
     entries = list(v.__dict__["_cache"].values())
+    assert len(entries) == 2  # one entry per object
     del step, other
     gc.collect()
     assert all(e[0]() is None and e[1]() is None for e in entries)  # weak references only
