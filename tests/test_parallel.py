@@ -398,7 +398,9 @@ print(" ".join(chosen))
 
 def test_forked_workers_give_the_files_of_one_process(dump_path: Path, tmp_path: Path) -> None:
     """In a fresh interpreter (this one may run numba's threads): where forking is safe the
-    workers are forked, and the run's files are those of one process, byte for byte."""
+    workers are forked, and the run writes the files of one process: the same names, the
+    tables' values exactly, the other files byte for byte (``run.json`` holds the run's time
+    and is left out)."""
     import subprocess
     import sys
 
@@ -414,6 +416,7 @@ def test_forked_workers_give_the_files_of_one_process(dump_path: Path, tmp_path:
     if sys.platform.startswith("linux") and (3, 11) <= sys.version_info < (3, 12):
         assert methods == ["fork"]
     names = sorted(p.name for p in (tmp_path / "one").iterdir() if p.is_file())
+    assert names == sorted(p.name for p in (tmp_path / "two").iterdir() if p.is_file())
     assert "steps.parquet" in names and "acceptance_vs_n.png" in names
     for name in names:
         if name == "run.json":  # the run's time
