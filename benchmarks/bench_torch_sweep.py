@@ -27,7 +27,7 @@ from bench_bounds import machine as cpu_and_python
 from scipy.special import softmax
 
 import otbound as ob
-from otbound.bounds.torch_sweep import _CHUNK_ELEMENTS, TORCH_DESIGNS, optimal_acceptance_torch
+from otbound.bounds.torch_sweep import TORCH_CHUNK_ELEMENTS, TORCH_DESIGNS, optimal_acceptance_torch
 
 
 def machine() -> str:
@@ -76,7 +76,7 @@ def torch_parser(description: str, numpy_help: str, ns: str) -> argparse.Argumen
     parser.add_argument(
         "--chunk-elements",
         type=int,
-        default=_CHUNK_ELEMENTS,
+        default=TORCH_CHUNK_ELEMENTS,
         help="rows a torch call takes at once, in entries (the API's default: 2^22; on a GPU "
         "2^25 takes a batch of 1,024 steps at V = 32,000 in one chunk: fewer kernel launches)",
     )

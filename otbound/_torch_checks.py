@@ -1,5 +1,10 @@
-r"""The numpy path's rounding check on torch tensors: one reduction on the device, and the
-error raised by :func:`otbound._checks.clip_rounding` itself.
+r"""The numpy path's input checks and rounding check on torch tensors.
+
+The torch paths (:mod:`otbound.bounds.torch_sweep`, :mod:`otbound.verifiers.torch_acceptance`)
+take their inputs as the numpy path does: :func:`as_probability_tensor` turns an array-like into
+a tensor or names the argument, :func:`check_distribution_rows` runs
+:func:`otbound._checks.check_rows` (same checks, same words) on the device, and
+:func:`check_chunk_elements` checks the chunk size.
 
 A value the mathematics keeps in ``[low, high]`` (a mass ``Q(H)``, ``α*``, an acceptance rate)
 may leave it by rounding; more than that is a bug upstream, which a ``clamp`` would hide. The
@@ -18,11 +23,105 @@ This module imports torch; the package does not import it (the torch paths do).
 
 from __future__ import annotations
 
+import numbers
+from typing import Any
+
+import numpy as np
 import torch
 
-from otbound._checks import ROUNDING_TOLERANCE, clip_rounding
+from otbound._checks import ROUNDING_TOLERANCE, check_rows, check_same_vocabulary, clip_rounding
 
-__all__ = ["clip_rounding_torch", "rounding_tolerance"]
+__all__ = [
+    "as_distribution_pair_torch",
+    "as_probability_tensor",
+    "check_chunk_elements",
+    "check_distribution_rows",
+    "clip_rounding_torch",
+    "rounding_tolerance",
+    "support_sizes",
+]
+
+
+class _TorchOps:
+    """:class:`otbound._checks.RowOps` for torch tensors: the numpy path's checks and words."""
+
+    def isfinite(self, x: Any) -> Any:
+        return torch.isfinite(x)
+
+    def first(self, mask: Any) -> tuple[int, ...]:
+        return tuple(int(i) for i in torch.nonzero(mask)[0].tolist())
+
+
+_TORCH_OPS = _TorchOps()
+
+
+def as_probability_tensor(
+    x: object, name: str, dtype: torch.dtype, device: torch.device | str | None
+) -> torch.Tensor:
+    """``x`` (tensor, numpy array, nested lists) as a new ``dtype`` tensor on ``device``."""
+    try:
+        if isinstance(x, torch.Tensor):
+            t = x.detach()
+            if t.is_complex():
+                raise TypeError("complex")
+            return t.to(device=device if device is not None else t.device, dtype=dtype, copy=True)
+        arr = np.asarray(x)
+        if arr.dtype == object or not (
+            np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_
+        ):
+            raise TypeError(arr.dtype)
+        if np.iscomplexobj(arr):
+            raise TypeError("complex")
+        return torch.as_tensor(np.array(arr, dtype=np.float64), device=device).to(dtype)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ValueError(
+            f"{name} must be an array of probabilities, got {type(x).__name__}"
+        ) from exc
+
+
+def check_chunk_elements(chunk_elements: object) -> None:
+    """Raise ``ValueError`` unless ``chunk_elements`` is a positive integer (not a bool)."""
+    if isinstance(chunk_elements, bool) or not isinstance(chunk_elements, numbers.Integral):
+        raise ValueError(f"chunk_elements must be a positive integer, got {chunk_elements!r}")
+    if chunk_elements < 1:
+        raise ValueError(f"chunk_elements must be a positive integer, got {chunk_elements}")
+
+
+def check_distribution_rows(t: torch.Tensor, name: str, *, normalize: bool) -> torch.Tensor:
+    """Validate rows of probabilities along the last axis; returns them divided by their sums
+    (the checks and words of :func:`otbound._checks.as_distribution`, by
+    :func:`otbound._checks.check_rows`)."""
+    sums: torch.Tensor = check_rows(t, name, normalize=normalize, min_ndim=1, ops=_TORCH_OPS)
+    return t / sums.unsqueeze(-1)
+
+
+def as_distribution_pair_torch(
+    p: object,
+    q: object,
+    dtype: torch.dtype,
+    device: torch.device | str | None,
+    *,
+    normalize: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``p`` and ``q`` as checked ``dtype`` rows of probabilities over one vocabulary, on
+    ``device`` (default: ``p``'s where it is a tensor): the torch twin of
+    :func:`otbound._checks.as_distribution_pair`."""
+    if device is None and isinstance(p, torch.Tensor):
+        device = p.device
+    p_t = check_distribution_rows(
+        as_probability_tensor(p, "p", dtype, device), "p", normalize=normalize
+    )
+    q_t = check_distribution_rows(
+        as_probability_tensor(q, "q", dtype, p_t.device), "q", normalize=normalize
+    )
+    check_same_vocabulary(tuple(p_t.shape), tuple(q_t.shape))
+    return p_t, q_t
+
+
+def support_sizes(q: torch.Tensor) -> np.ndarray:
+    """The number of tokens with ``q > 0`` per row, counted on ``q``'s device."""
+    counts: np.ndarray = torch.count_nonzero(q > 0, dim=-1).cpu().numpy()
+    return counts
 
 
 def rounding_tolerance(dtype: torch.dtype) -> float:

@@ -5,7 +5,7 @@ stage, acceptance and Monte Carlo plan passes were fused into compiled kernels
 (:mod:`otbound.verifiers._importance_kernels`): numpy passes, ``np.sum`` and ``np.cumsum``,
 the old compiled passes (``stage_key``, ``stage_sorted``, ``stage_scatter``, still in the
 kernels module) and no cross-step cache; its stage weights come from the one stage solver
-(``importance._stage_weights``, tested against HiGHS and a brute-force cut in
+(``importance.stage_weights``, tested against HiGHS and a brute-force cut in
 ``tests/test_stage_flow.py``). The new path must equal it bit for bit: stages, exact
 acceptances, and the Rao-Blackwellised estimates of one seed (the random stream is consumed
 as before).
@@ -41,7 +41,7 @@ def _previous_solve_stage(p: np.ndarray, a: np.ndarray, b: np.ndarray, top: int)
     off = ~np.eye(s, dtype=bool)
     base = aS * bS + aS * tail_b + bS * tail_a + bS * (aS.sum() - aS)
     lp = np.stack((aS, bS, pS, base))
-    keep = importance_module._stage_weights(lp) if s > 1 else np.ones((s, s))
+    keep = importance_module.stage_weights(lp) if s > 1 else np.ones((s, s))
     gain = (aS[:, None] * bS[None, :] * keep * off).sum(axis=1)
     loss = (aS[:, None] * bS[None, :] * keep * off).sum(axis=0)
     induced_sorted[:s] = base + gain - loss

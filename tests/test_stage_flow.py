@@ -155,6 +155,6 @@ def test_stage_weights_refuse_an_uncertified_flow():
     lp = _stage_lps(1, 3)[0].copy()
     lp[2, 0] = np.nan
     with pytest.raises(LPError, match="importance stage LP"):
-        importance._stage_weights(lp)
-    good = importance._stage_weights(_stage_lps(1, 3)[0])
+        importance.stage_weights(lp)
+    good = importance.stage_weights(_stage_lps(1, 3)[0])
     assert not good.flags.writeable and abs(stage_flow(_stage_lps(1, 3)[0])[2]) <= LP_SLACK

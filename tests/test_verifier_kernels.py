@@ -149,7 +149,7 @@ def _solve_stage_reference(p, a, b, top):
     base = aS * bS + aS * tail_b + bS * tail_a + bS * (aS.sum() - aS)
     keep = np.ones((s, s))
     if s > 1:  # the one stage solver (tested on its own in tests/test_stage_flow.py)
-        keep = importance_module._stage_weights(np.stack((aS, bS, pS, base)))
+        keep = importance_module.stage_weights(np.stack((aS, bS, pS, base)))
     gain = (aS[:, None] * bS[None, :] * keep * off).sum(axis=1)
     loss = (aS[:, None] * bS[None, :] * keep * off).sum(axis=0)
     induced_sorted[:s] = base + gain - loss

@@ -39,14 +39,15 @@ so are the refusals of a ``Q(H)`` or an ``α*`` outside ``[0, 1]`` by more than 
 
 from __future__ import annotations
 
-import numbers
-from typing import Any
-
-import numpy as np
 import torch
 
-from otbound._checks import as_num_drafts, batch_shape, check_rows, check_same_vocabulary
-from otbound._torch_checks import clip_rounding_torch
+from otbound._checks import as_num_drafts, batch_shape
+from otbound._torch_checks import (
+    as_distribution_pair_torch,
+    check_chunk_elements,
+    clip_rounding_torch,
+    support_sizes,
+)
 from otbound.bounds.solvers import Solver
 from otbound.bounds.sweep import _refuse_nan, alpha_what
 from otbound.drafts import DESIGNS, DraftDesign, designs_where, get_design
@@ -57,60 +58,7 @@ TORCH_DESIGNS: tuple[str, ...] = designs_where("torch_sweep")
 #: Rows are swept (and :mod:`otbound.verifiers.torch_acceptance` takes its rows) in chunks of
 #: about this many entries, so that the temporaries of the sort (a few float64/int64 copies of
 #: the chunk) stay within a few hundred MB.
-_CHUNK_ELEMENTS = 1 << 22
-
-
-class _TorchOps:
-    """:class:`otbound._checks.RowOps` for torch tensors: the numpy path's checks and words."""
-
-    def isfinite(self, x: Any) -> Any:
-        return torch.isfinite(x)
-
-    def first(self, mask: Any) -> tuple[int, ...]:
-        return tuple(int(i) for i in torch.nonzero(mask)[0].tolist())
-
-
-_TORCH_OPS = _TorchOps()
-
-
-def _as_tensor(
-    x: object, name: str, dtype: torch.dtype, device: torch.device | str | None
-) -> torch.Tensor:
-    """``x`` (tensor, numpy array, nested lists) as a new ``dtype`` tensor on ``device``."""
-    try:
-        if isinstance(x, torch.Tensor):
-            t = x.detach()
-            if t.is_complex():
-                raise TypeError("complex")
-            return t.to(device=device if device is not None else t.device, dtype=dtype, copy=True)
-        arr = np.asarray(x)
-        if arr.dtype == object or not (
-            np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_
-        ):
-            raise TypeError(arr.dtype)
-        if np.iscomplexobj(arr):
-            raise TypeError("complex")
-        return torch.as_tensor(np.array(arr, dtype=np.float64), device=device).to(dtype)
-    except (TypeError, ValueError, RuntimeError) as exc:
-        raise ValueError(
-            f"{name} must be an array of probabilities, got {type(x).__name__}"
-        ) from exc
-
-
-def _check_chunk_elements(chunk_elements: object) -> None:
-    """Raise ``ValueError`` unless ``chunk_elements`` is a positive integer (not a bool)."""
-    if isinstance(chunk_elements, bool) or not isinstance(chunk_elements, numbers.Integral):
-        raise ValueError(f"chunk_elements must be a positive integer, got {chunk_elements!r}")
-    if chunk_elements < 1:
-        raise ValueError(f"chunk_elements must be a positive integer, got {chunk_elements}")
-
-
-def _check_distribution(t: torch.Tensor, name: str, *, normalize: bool) -> torch.Tensor:
-    """Validate rows of probabilities along the last axis; returns them divided by their sums
-    (the checks and words of :func:`otbound._checks.as_distribution`, by
-    :func:`otbound._checks.check_rows`)."""
-    sums: torch.Tensor = check_rows(t, name, normalize=normalize, min_ndim=1, ops=_TORCH_OPS)
-    return t / sums.unsqueeze(-1)
+TORCH_CHUNK_ELEMENTS = 1 << 22
 
 
 def _design(design: object) -> DraftDesign:
@@ -127,12 +75,6 @@ def _design(design: object) -> DraftDesign:
     raise ValueError(f"unknown design {design!r}; valid designs: {', '.join(TORCH_DESIGNS)}")
 
 
-def _support(q: torch.Tensor) -> np.ndarray:
-    """The number of tokens with ``q > 0`` per row, counted on ``q``'s device."""
-    counts: np.ndarray = torch.count_nonzero(q > 0, dim=-1).cpu().numpy()
-    return counts
-
-
 def optimal_acceptance_torch(
     p: object,
     q: object,
@@ -142,7 +84,7 @@ def optimal_acceptance_torch(
     device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float64,
     normalize: bool = False,
-    chunk_elements: int = _CHUNK_ELEMENTS,
+    chunk_elements: int = TORCH_CHUNK_ELEMENTS,
 ) -> torch.Tensor:
     r"""Optimal acceptance rate ``α*`` of ``n``-draft speculative decoding, batched in torch.
 
@@ -230,13 +172,9 @@ def optimal_acceptance_torch(
     n = as_num_drafts(n)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ValueError(f"dtype must be a floating torch dtype, got {dtype!r}")
-    _check_chunk_elements(chunk_elements)
-    if device is None and isinstance(p, torch.Tensor):
-        device = p.device
-    p_t = _check_distribution(_as_tensor(p, "p", dtype, device), "p", normalize=normalize)
-    q_t = _check_distribution(_as_tensor(q, "q", dtype, p_t.device), "q", normalize=normalize)
-    check_same_vocabulary(tuple(p_t.shape), tuple(q_t.shape))
-    spec.check_rows(tuple(q_t.shape), n, lambda: _support(q_t))
+    check_chunk_elements(chunk_elements)
+    p_t, q_t = as_distribution_pair_torch(p, q, dtype, device, normalize=normalize)
+    spec.check_rows(tuple(q_t.shape), n, lambda: support_sizes(q_t))
     batch = batch_shape(tuple(p_t.shape[:-1]), tuple(q_t.shape[:-1]))
     vocab = p_t.shape[-1]
     p2 = p_t.expand(*batch, vocab).reshape(-1, vocab)

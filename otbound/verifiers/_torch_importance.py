@@ -8,7 +8,7 @@ The formula of :mod:`otbound.verifiers.importance` (Khisti et al.'s scheme with 
 2. **Rank rule.** In that order, ``p_I(y) = a_y (b_y + Σ_{later} b) + b_y Σ_{later} a``.
 3. **The stage LP.** On the top ``s``, with ``base_y = a_y b_y + a_y tail_b + b_y tail_a +
    b_y (Σ_S a − a_y)``, the weights ``W`` (s, s) of the maximum flow of
-   :func:`otbound.verifiers.importance._stage_weights` (on the CPU: a flow of ``s²`` pairs a
+   :func:`otbound.verifiers.importance.stage_weights` (on the CPU: a flow of ``s²`` pairs a
    step, its optimality certified, the numpy path's own function), and
    ``p_I(y) = base_y + Σ_{j≠y} a_y b_j W_{yj} − Σ_{i≠y} a_i b_y W_{iy}``.
 4. ``p_I`` checked in ``[0, 1]`` to ``LP_SLACK`` (on the device; beyond it numpy's
@@ -36,7 +36,7 @@ import torch
 from otbound._torch_checks import clip_rounding_torch
 from otbound.bounds import LP_SLACK
 from otbound.verifiers._torch_two import single_or_refuse
-from otbound.verifiers.importance import DEFAULT_TOP, _stage_weights
+from otbound.verifiers.importance import DEFAULT_TOP, stage_weights
 
 __all__ = ["importance_acceptance"]
 
@@ -49,12 +49,12 @@ def _after(x: torch.Tensor) -> torch.Tensor:
 
 def _stage_keep(lp: torch.Tensor) -> torch.Tensor:
     """The stage LP's weights ``W`` (B, s, s) of the rows ``aS, bS, pS, base`` (B, 4, s):
-    :func:`~otbound.verifiers.importance._stage_weights` of each step on the CPU."""
+    :func:`~otbound.verifiers.importance.stage_weights` of each step on the CPU."""
     rows = lp.cpu().numpy()
     size = rows.shape[2]
     keep = np.empty((0, size, size))
     if rows.shape[0]:
-        keep = np.stack([_stage_weights(np.ascontiguousarray(row)) for row in rows])
+        keep = np.stack([stage_weights(np.ascontiguousarray(row)) for row in rows])
     return torch.as_tensor(keep, dtype=lp.dtype, device=lp.device)
 
 

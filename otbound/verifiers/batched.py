@@ -25,10 +25,10 @@ def shipped_name(verifier: object) -> str | None:
     importance sampling's ``top``); ``None`` for anything else (a user-defined verifier, a
     name string, ``optimal`` on another design, ``ImportanceSampling(top=5)``).
     """
-    from otbound.verifiers.registry import _CLASSES
+    from otbound.verifiers.registry import VERIFIER_CLASSES
 
     name = getattr(type(verifier), "name", None)
-    cls = _CLASSES.get(name) if isinstance(name, str) else None
+    cls = VERIFIER_CLASSES.get(name) if isinstance(name, str) else None
     if cls is None or cls is not type(verifier):
         return None
     if getattr(verifier, "design", None) != cls.default_design:

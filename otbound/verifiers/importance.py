@@ -73,7 +73,7 @@ from otbound.problem import Step
 from otbound.verifiers._step_cache import ByteBudgetCache, compact, step_key
 from otbound.verifiers.base import BaseVerifier, residual, sample_tokens
 
-__all__ = ["ImportanceSampling", "SelectionStage"]
+__all__ = ["ImportanceSampling", "SelectionStage", "stage_weights"]
 
 #: Largest ``V^n`` (draft tuples) enumerated for the exact acceptance at ``n ≥ 3``.
 MAX_TUPLES = 200_000
@@ -81,7 +81,7 @@ MAX_TUPLES = 200_000
 DEFAULT_TOP = 10
 
 
-def _stage_weights(lp: np.ndarray) -> np.ndarray:
+def stage_weights(lp: np.ndarray) -> np.ndarray:
     """The weights ``W`` (s, s) of a stage's top-``s`` LP (diagonal 1): the optimum
     :func:`~otbound.verifiers._stage_flow.stage_flow` finds as a maximum flow, its cut
     certificate checked.
@@ -245,7 +245,7 @@ def _stage_and_order(
     if not done:
         order = stable_argsort(key)
         rank, induced_sorted, lp = stage_top(order, p, a, b, s)
-    keep = _stage_weights(lp) if s > 1 else np.ones((s, s))
+    keep = stage_weights(lp) if s > 1 else np.ones((s, s))
     # p_I ≥ min(p, base) ≥ 0 row by row and Σ p_I = Σ_{i,j} a_i b_j = 1 exactly: off by
     # rounding only (clipped as clip_rounding does, which raises beyond LP_SLACK)
     induced, within, total = stage_finish(order, induced_sorted, lp, keep, _LP_SLACK)

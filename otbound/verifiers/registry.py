@@ -16,9 +16,9 @@ from otbound.verifiers.single import SingleDraft
 from otbound.verifiers.spechub import SpecHub
 from otbound.verifiers.topk import TopK
 
-__all__ = ["VERIFIERS", "get_verifier"]
+__all__ = ["VERIFIERS", "VERIFIER_CLASSES", "get_verifier"]
 
-_CLASSES: dict[str, type[BaseVerifier]] = {
+VERIFIER_CLASSES: dict[str, type[BaseVerifier]] = {
     cls.name: cls
     for cls in (
         SingleDraft,
@@ -35,7 +35,7 @@ _CLASSES: dict[str, type[BaseVerifier]] = {
 }
 
 #: Names of the shipped verifiers, in the order tables list them.
-VERIFIERS: tuple[str, ...] = tuple(_CLASSES)
+VERIFIERS: tuple[str, ...] = tuple(VERIFIER_CLASSES)
 
 
 def get_verifier(name: object, **options: object) -> object:
@@ -65,7 +65,7 @@ def get_verifier(name: object, **options: object) -> object:
             raise ValueError("options apply only when the verifier is given by name")
         return name
     try:
-        cls = _CLASSES[name]
+        cls = VERIFIER_CLASSES[name]
     except KeyError:
         raise ValueError(
             f"unknown verifier {name!r}; valid verifiers: {', '.join(VERIFIERS)}"

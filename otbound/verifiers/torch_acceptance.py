@@ -45,15 +45,14 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from otbound._checks import as_num_drafts, batch_shape, check_same_vocabulary
-from otbound._torch_checks import clip_rounding_torch
-from otbound.bounds.torch_sweep import (
-    _CHUNK_ELEMENTS,
-    _as_tensor,
-    _check_chunk_elements,
-    _check_distribution,
-    _support,
+from otbound._checks import as_num_drafts, batch_shape
+from otbound._torch_checks import (
+    as_distribution_pair_torch,
+    check_chunk_elements,
+    clip_rounding_torch,
+    support_sizes,
 )
+from otbound.bounds.torch_sweep import TORCH_CHUNK_ELEMENTS
 from otbound.drafts import get_design
 from otbound.drafts._torch import top_mask
 from otbound.selection.torch_levels import level_rule_acceptance_torch
@@ -520,7 +519,7 @@ def verifier_acceptance_torch(
     n: int = 2,
     *,
     device: torch.device | str | None = None,
-    chunk_elements: int = _CHUNK_ELEMENTS,
+    chunk_elements: int = TORCH_CHUNK_ELEMENTS,
 ) -> torch.Tensor:
     r"""Exact acceptance rate of a shipped verifier, for a batch of steps, in torch (float64).
 
@@ -565,17 +564,13 @@ def verifier_acceptance_torch(
     n = as_num_drafts(n)
     if not serves(verifier, n):
         raise ValueError(f"no torch formula for verifier {verifier!r} at n={n}")
-    _check_chunk_elements(chunk_elements)
-    if device is None and isinstance(p, torch.Tensor):
-        device = p.device
+    check_chunk_elements(chunk_elements)
     dtype = torch.float64
-    p_t = _check_distribution(_as_tensor(p, "p", dtype, device), "p", normalize=False)
-    q_t = _check_distribution(_as_tensor(q, "q", dtype, p_t.device), "q", normalize=False)
-    check_same_vocabulary(tuple(p_t.shape), tuple(q_t.shape))
-    from otbound.verifiers.registry import _CLASSES
+    p_t, q_t = as_distribution_pair_torch(p, q, dtype, device, normalize=False)
+    from otbound.verifiers.registry import VERIFIER_CLASSES
 
-    get_design(_CLASSES[verifier].default_design).check_rows(
-        tuple(q_t.shape), n, lambda: _support(q_t)
+    get_design(VERIFIER_CLASSES[verifier].default_design).check_rows(
+        tuple(q_t.shape), n, lambda: support_sizes(q_t)
     )
     batch = batch_shape(tuple(p_t.shape[:-1]), tuple(q_t.shape[:-1]))
     vocab = p_t.shape[-1]
@@ -619,7 +614,7 @@ def torch_acceptance_on(device: torch.device | str) -> BatchAcceptance:
         # tensor sharing their memory)
         p_t = torch.tensor(np.asarray(p, dtype=np.float64), device=where)
         q_t = torch.tensor(np.asarray(q, dtype=np.float64), device=where)
-        values: np.ndarray = _rows(verifier, p_t, q_t, n, _CHUNK_ELEMENTS).cpu().numpy()
+        values: np.ndarray = _rows(verifier, p_t, q_t, n, TORCH_CHUNK_ELEMENTS).cpu().numpy()
         return values
 
     return BatchAcceptance(f"torch on {where}", compute, serves)
