@@ -282,9 +282,9 @@ def test_the_serial_builds_give_the_parallel_kernels_bits(kind, monkeypatch):
     threads, :mod:`otbound._threads`): every level serial, every level parallel and the
     default split give the same bits, and the serial builds are compiled without parallel
     loops."""
-    assert "parallel" not in mass_module._segment_mass_serial.targetoptions
-    assert "parallel" not in mass_module._segment_power_sums_serial.targetoptions
-    assert mass_module._segment_mass.targetoptions["parallel"]
+    assert "parallel" not in mass_module.segment_mass_serial.targetoptions
+    assert "parallel" not in mass_module.segment_power_sums_serial.targetoptions
+    assert mass_module.segment_mass.targetoptions["parallel"]
     rng = np.random.default_rng(7 + len(kind))
     rows = [_row(kind, rng, vocab) for vocab in (3_000, 30_000) for _ in range(2)]
     counts = [2, 3, 4, 8]
@@ -1014,12 +1014,12 @@ def test_level_layout_is_the_numpy_layout():
 
 def test_the_left_weight_stops_where_its_terms_no_longer_change_the_sum():
     """All sixty terms of the series, in plain Python, give the same float bit for bit."""
-    from otbound.drafts._sequential_mass import _inverse, _left_weight
+    from otbound.drafts._sequential_mass import _left_weight, left_weight_inverses
 
     rng = np.random.default_rng(84)
     lam = np.concatenate([rng.random(300), 10.0 ** rng.uniform(-300, 0, 300), [0.0, 1.0, 5e-324]])
     for t_lo, h in [(9.5e-4, 0.2), (0.05, 0.2), (1.0, 0.2), (1.0, 0.5)]:
-        inverse = _inverse(h)
+        inverse = left_weight_inverses(h)
         want = []
         for value in lam:
             x, total, term, sign = value * t_lo, 0.0, value * t_lo, 1.0
@@ -1039,14 +1039,14 @@ def test_the_power_sums_fold_exactly_the_masses_below_each_node_limit():
     from otbound.drafts._sequential_mass import (
         FOLD_MIN,
         MOST_TERMS,
-        _fold_limits,
-        _segment_power_sums,
+        fold_limits,
+        segment_power_sums,
     )
     from otbound.drafts._sequential_sweep import _balanced_schedule
 
     rng = np.random.default_rng(85)
     h, nodes = 0.2, 70
-    limits = _fold_limits(1e-3, h, nodes)
+    limits = fold_limits(1e-3, h, nodes)
     assert np.all(np.diff(limits) < 0)
     for trial in range(6):
         lengths = rng.integers(1, 400, 5)
@@ -1066,7 +1066,7 @@ def test_the_power_sums_fold_exactly_the_masses_below_each_node_limit():
         schedule, bounds = _balanced_schedule(edges, 1 + trial % 3)  # 1, 2 or 3 shares
         assert sorted(schedule.tolist()) == np.flatnonzero(folded).tolist()
         work = np.full((3, vals.size), np.nan)
-        _segment_power_sums(
+        segment_power_sums(
             vals, edges, rows, limits, h, layout, sigma, fold_end, largest, schedule, bounds, work
         )
         for s in np.flatnonzero(folded):
@@ -1187,8 +1187,8 @@ def test_the_bucket_helpers_refuse_what_they_cannot_handle():
 from otbound.drafts._sequential_mass import (  # noqa: E402
     _bits_log,
     _fold_class,
-    _fold_limits,
     _group_power_sums,
+    fold_limits,
 )
 
 
@@ -1210,7 +1210,7 @@ def test_the_fold_class_is_the_count_of_limits_at_or_above_the_mass(t_lo, nodes)
     zero), subnormals, zero, the largest float and random masses over 630 orders of
     magnitude: the guess from the bits never changes the answer."""
     h = 0.2
-    limits = _fold_limits(t_lo, h, nodes)
+    limits = fold_limits(t_lo, h, nodes)
     rng = np.random.default_rng(nodes)
     values = np.concatenate(
         [

@@ -430,7 +430,7 @@ def _sequential_products(const, lin, degree):
 
 
 def _sequential_prefix_values(const, lin, degree, cumulative):
-    """``_prefix_values`` one token after another in numpy (the product chained in order)."""
+    """``prefix_values`` one token after another in numpy (the product chained in order)."""
     products = _sequential_products(const, lin, degree)
     return products.sum(axis=-1) if cumulative else products[..., degree]
 
@@ -453,17 +453,17 @@ def test_full_product_is_the_product_token_by_token(vocab):
 def test_products_before_is_the_product_of_the_blocks_before(blocks):
     """The doubling scan gives ``Π_{m < k} F_m`` for every ``k`` (block counts that are and
     are not powers of two), against the products chained one after another."""
-    from otbound.drafts._torch_distinct import _poly_mul, _products_before
+    from otbound.drafts._torch_distinct import poly_mul, products_before
 
     rng = np.random.default_rng(blocks)
     factors = torch.tensor(rng.uniform(0.1, 1.0, (3, blocks, 5)), dtype=torch.float64)
-    got = _products_before(factors)
+    got = products_before(factors)
     want = torch.zeros_like(factors)
     current = torch.zeros(3, 5, dtype=torch.float64)
     current[:, 0] = 1.0
     for k in range(blocks):
         want[:, k] = current
-        current = _poly_mul(current, factors[:, k])
+        current = poly_mul(current, factors[:, k])
     assert torch.allclose(got, want, rtol=1e-14, atol=0)
     assert torch.equal(got[:, 0], torch.eye(5, dtype=torch.float64)[0].expand(3, 5))
 
@@ -473,14 +473,14 @@ def test_products_before_is_the_product_of_the_blocks_before(blocks):
 def test_prefix_values_match_the_product_token_by_token(vocab, cumulative):
     """Blocks of ``SCAN_BLOCK`` tokens (one, several, a padded last one) give every prefix's
     coefficient as the product taken one token at a time, to a relative 1e-13."""
-    from otbound.drafts._torch_distinct import SCAN_BLOCK, _prefix_values
+    from otbound.drafts._torch_distinct import SCAN_BLOCK, prefix_values
 
     assert SCAN_BLOCK == 64  # the sizes above are chosen around it
     rng = np.random.default_rng(vocab)
     stay = rng.uniform(0.0, 1.0, (2, 3, vocab))
     fire = 1.0 - stay
     for degree in (1, 3, 7):
-        got = _prefix_values(torch.tensor(stay), torch.tensor(fire), degree, cumulative=cumulative)
+        got = prefix_values(torch.tensor(stay), torch.tensor(fire), degree, cumulative=cumulative)
         want = _sequential_prefix_values(stay, fire, degree, cumulative)
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-13, atol=1e-300)
 
@@ -750,7 +750,7 @@ def test_a_mass_out_by_rounding_only_is_clipped(monkeypatch, design):
     assert torch.equal(optimal_acceptance_torch(p, q, n=2, design=design), want)
 
 
-@pytest.mark.parametrize("where", ["_poly_mul", "_inside_values"])
+@pytest.mark.parametrize("where", ["poly_mul", "_inside_values"])
 def test_block_sweep_refuses_masses_out_of_range(monkeypatch, where):
     """The block sweep checks ``Q`` at the block ends (planted through the distribution at
     each block end, ``P[N < n]`` lowered by 1 or more there only) and at the prefixes inside

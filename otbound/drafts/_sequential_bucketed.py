@@ -182,7 +182,7 @@ def first_cuts(chosen, starts, stop):  # type: ignore[no-untyped-def]  # pragma:
 
     An excluded run is one block as far as ``Q`` goes (its end is a prefix of the ``p/q``
     order, its inside unsorted), but one block of 90,000 tokens (a Zipf row at V = 151,936)
-    leaves the power sums of :func:`~otbound.drafts._sequential_mass._segment_power_sums`, a
+    leaves the power sums of :func:`~otbound.drafts._sequential_mass.segment_power_sums`, a
     loop over segments shared among the threads, to one thread. So a run is cut at the bucket
     boundaries (prefixes of the ``p/q`` order, so their values are valid candidates) that
     leave blocks of at least ``piece = max(length, ⌈stop / EXCLUDED_PIECES⌉)`` tokens on both

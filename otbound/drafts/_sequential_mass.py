@@ -64,7 +64,7 @@ NEGLIGIBLE = 1e-30
 DEATH_CHECK = 32
 #: The largest node ``t`` of the grid; beyond, the rates are rescaled (see the code).
 LARGEST_TIME = 1e300
-_LN2 = math.log(2.0)
+LN2 = math.log(2.0)
 #: ``2^-54``: a term at most this times a positive sum ``s`` is below half of ``s``'s last place.
 _HALF_ULP = 2.0**-54
 #: The grid's nodes are split into this many interleaved chunks (node ``j`` in chunk
@@ -74,7 +74,7 @@ _HALF_ULP = 2.0**-54
 NODE_CHUNKS = 16
 
 
-def _left_time(n: int, h: float) -> float:
+def left_time(n: int, h: float) -> float:
     """The first node ``t_lo`` such that the left-end error is below ``LEFT_TOLERANCE``."""
     bound = LEFT_TOLERANCE * math.factorial(n) * (-math.expm1(-h * (n + 1))) / h
     return min(bound ** (1.0 / (n + 1)), 1.0)
@@ -88,11 +88,13 @@ def _left_weight(lam: np.ndarray, t_lo: float, h: float) -> np.ndarray:
     at the first one below half of its last place (adding it, or any later one, would
     round back to the same sum): the same value as all sixty, in a few terms.
     """
-    return _left_weight_kernel(np.ascontiguousarray(lam, dtype=np.float64), t_lo, h, _inverse(h))
+    return left_weight_kernel(
+        np.ascontiguousarray(lam, dtype=np.float64), t_lo, h, left_weight_inverses(h)
+    )
 
 
 @functools.lru_cache(maxsize=8)
-def _inverse(h: float) -> np.ndarray:
+def left_weight_inverses(h: float) -> np.ndarray:
     """``1 / (e^{h(m+1)} − 1)`` for ``m < 60`` (kept per ``h``, read-only)."""
     inverse = np.array([1.0 / math.expm1(h * (m + 1)) for m in range(60)])
     inverse.setflags(write=False)
@@ -100,7 +102,7 @@ def _inverse(h: float) -> np.ndarray:
 
 
 @numba.njit(cache=True)
-def _left_weight_kernel(lam, t_lo, h, inverse):  # pragma: no cover - compiled
+def left_weight_kernel(lam, t_lo, h, inverse):  # pragma: no cover - compiled
     out = np.empty(lam.shape[0])
     for i in range(lam.shape[0]):
         x = lam[i] * t_lo
@@ -245,7 +247,7 @@ def sequential_prefix_masses(
     live = enough & outside[None, :]
     mass = np.where(enough, 1.0, 0.0)
     if np.any(live):
-        t_lo = min(_left_time(int(n), h) for n in distinct)
+        t_lo = min(left_time(int(n), h) for n in distinct)
         # log(t_hi / t_lo) in logs, so that suffix masses down to the smallest subnormal stay
         # finite; the smallest n has the most live prefixes
         log_t_hi = math.log(RIGHT_TAIL) - math.log(suffix[live[0]].min())
@@ -255,7 +257,7 @@ def sequential_prefix_masses(
         # nodes t themselves overflow, so the rates are scaled up by a power of two (exact,
         # subnormals included) and the grid down by the same factor: every product q t is the
         # same number.
-        scale = math.ldexp(1.0, max(0, math.ceil((log_t_hi - math.log(LARGEST_TIME)) / _LN2)))
+        scale = math.ldexp(1.0, max(0, math.ceil((log_t_hi - math.log(LARGEST_TIME)) / LN2)))
         groups = max(1, min(NODE_CHUNKS, num_nodes))
         remaining = _remaining_mass(
             q * scale, suffix * scale, distinct, t_lo / scale, h, num_nodes, groups
@@ -281,7 +283,7 @@ FOLD_MIN = 16
 
 
 @functools.lru_cache(maxsize=32)
-def _series_table(top: int, terms: int) -> np.ndarray:
+def series_table(top: int, terms: int) -> np.ndarray:
     r"""``β[m, r] = (−1)^{m−1} (m−1)! S(r, m) / r!`` for ``1 ≤ m < top``, ``r ≤ terms``
     (kept per ``(top, terms)``, read-only).
 
@@ -350,7 +352,7 @@ def _group_power_sums(masses, largest, out, ratio, power):  # pragma: no cover -
 
 
 @numba.njit(cache=True)
-def _fold_limits(t_lo, h, num_nodes):  # pragma: no cover - compiled
+def fold_limits(t_lo, h, num_nodes):  # pragma: no cover - compiled
     """``SMALL_RATE / t_j`` at every node: the masses node ``j`` folds (falling in ``j``)."""
     limits = np.empty(num_nodes)
     for j in range(num_nodes):
@@ -365,7 +367,6 @@ _LOG2_MANTISSA = np.log2(1.0 + (np.arange(64) + 0.5) / 64.0)
 _TOP_BITS = np.uint64(52 - 6)
 _SIX_BITS = np.uint64(6)
 _LAST_SIX = np.uint64(63)
-_LN2 = math.log(2.0)
 
 
 @numba.njit(cache=True, inline="always")
@@ -374,7 +375,7 @@ def _bits_log(word):  # pragma: no cover - compiled
     0.008: its exponent and top six mantissa bits (:data:`_LOG2_MANTISSA`), no ``log`` call."""
     top = word >> _TOP_BITS  # sign (0), exponent and six mantissa bits
     exponent = np.int64(top >> _SIX_BITS) - 1023
-    return (exponent + _LOG2_MANTISSA[np.int64(top & _LAST_SIX)]) * _LN2
+    return (exponent + _LOG2_MANTISSA[np.int64(top & _LAST_SIX)]) * LN2
 
 
 @numba.njit(cache=True, inline="always")
@@ -399,7 +400,7 @@ def _fold_class(value, word, limits, first_log, h):  # pragma: no cover - compil
 
 
 @numba.njit(cache=True, parallel=True)
-def _segment_power_sums(
+def segment_power_sums(
     vals, edges, rows, limits, h, layout, sigma, fold_end, largest, schedule, bounds, work
 ):  # pragma: no cover - compiled
     """Per segment ``[edges[s], edges[s+1])`` of ``vals`` longer than ``FOLD_MIN``: its masses
@@ -451,7 +452,7 @@ def _one_segment_sums(
     ratio_work,
     power_work,
 ):  # pragma: no cover - compiled
-    """:func:`_segment_power_sums` of the segment ``[start, stop)`` (row ``block``), with work
+    """:func:`segment_power_sums` of the segment ``[start, stop)`` (row ``block``), with work
     arrays of its length."""
     nodes = limits.shape[0]
     terms = sigma.shape[2]
@@ -591,7 +592,7 @@ def _weight(lam, t, h):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, parallel=True)
-def _segment_mass(
+def segment_mass(
     vals,
     lam_after,
     counts,
@@ -618,7 +619,7 @@ def _segment_mass(
     ending with token ``i``. Each group starts from ``start_states[j, g]`` at node ``j``.
     Inside a segment of more than ``FOLD_MIN`` tokens the tokens with ``q t ≤ SMALL_RATE``
     join at once by :func:`_fold` (where ``sigma`` is given; the ``layout``, ``fold_end`` and
-    ``largest`` of :func:`_segment_power_sums`), the others one by one. Returns
+    ``largest`` of :func:`segment_power_sums`), the others one by one. Returns
     the trapezoid sums ``Σ_j w_j P[N < n]`` at every segment end (len(counts), segments) and,
     when ``store``, every node's state at every segment start (num_nodes, segments, max n),
     zero once negligible (else an empty array), a view of ``stored_buffer`` (float64, at least
@@ -716,5 +717,5 @@ def _fill(array, value):  # pragma: no cover - compiled
 
 #: The kernels above without parallel loops, for the levels too small to wake the other
 #: threads and for the rows of a batch (:func:`otbound.drafts._sequential_sweep._sweep_levels`).
-_segment_power_sums_serial = serial_build(_segment_power_sums)
-_segment_mass_serial = serial_build(_segment_mass)
+segment_power_sums_serial = serial_build(segment_power_sums)
+segment_mass_serial = serial_build(segment_mass)

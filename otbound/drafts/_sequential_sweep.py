@@ -37,22 +37,22 @@ from otbound.drafts._sequential_layout import (
 )
 from otbound.drafts._sequential_level import LEVEL_SETTLED, level_layout, settle_level
 from otbound.drafts._sequential_mass import (
-    _LN2,
     FOLD_MIN,
     LARGEST_TIME,
+    LN2,
     LOG_TIME_STEP,
     MOST_TERMS,
     NODE_CHUNKS,
     RIGHT_TAIL,
-    _fold_limits,
-    _inverse,
-    _left_time,
-    _left_weight_kernel,
-    _segment_mass,
-    _segment_mass_serial,
-    _segment_power_sums,
-    _segment_power_sums_serial,
-    _series_table,
+    fold_limits,
+    left_time,
+    left_weight_inverses,
+    left_weight_kernel,
+    segment_mass,
+    segment_mass_serial,
+    segment_power_sums,
+    segment_power_sums_serial,
+    series_table,
 )
 
 __all__ = [
@@ -241,8 +241,8 @@ def _sweep_levels(  # type: ignore[no-untyped-def]  # pragma: no cover - compile
     segment ends ``first`` (and which of them ``may_refine``) down to single tokens.
 
     Each level lays out its segments' tokens (:func:`level_layout`), takes the power sums of
-    the long ones (:func:`_segment_power_sums`), sweeps the count distributions at every node
-    (:func:`_segment_mass`) and settles the segment ends and the next level's segments
+    the long ones (:func:`segment_power_sums`), sweeps the count distributions at every node
+    (:func:`segment_mass`) and settles the segment ends and the next level's segments
     (:func:`settle_level`), updating ``gap``, ``index`` and ``known`` in place: one compiled
     call per row instead of some twenty Python and numpy calls per level.
 
@@ -294,28 +294,28 @@ def _sweep_levels(  # type: ignore[no-untyped-def]  # pragma: no cover - compile
         if total:
             schedule, bounds = _balanced_schedule(edges, 1 if serial else threads)
             if serial:
-                _segment_power_sums_serial(
+                segment_power_sums_serial(
                     vals, edges, rows, limits, h, layout, sigma, fold_end, peaks, schedule,
                     bounds, work_buffer,
                 )  # fmt: skip
             else:
-                _segment_power_sums(
+                segment_power_sums(
                     vals, edges, rows, limits, h, layout, sigma, fold_end, peaks, schedule,
                     bounds, work_buffer,
                 )  # fmt: skip
         segments = edges.shape[0] - 1
         stored = _take(stored_buffer, num_nodes * segments * top if store else 0)
         if serial:
-            remaining, stored = _segment_mass_serial(
+            remaining, stored = segment_mass_serial(
                 vals, lam_after, integrated, t_lo / scale, h, num_nodes, groups, edges, layout,
                 sigma, rows, fold_end, peaks, beta, states, store, chunks, stored,
             )  # fmt: skip
         else:
-            remaining, stored = _segment_mass(
+            remaining, stored = segment_mass(
                 vals, lam_after, integrated, t_lo / scale, h, num_nodes, groups, edges, layout,
                 sigma, rows, fold_end, peaks, beta, states, store, chunks, stored,
             )  # fmt: skip
-        left = _left_weight_kernel(suffix[ends], t_lo, h, inverse)
+        left = left_weight_kernel(suffix[ends], t_lo, h, inverse)
         # Q at the segment ends, the minimum so far, and the next level: inside a segment
         # p(H_i) ≥ p(H_s) + r_s m and Q(H_i) ≤ min(Q(H_e), Q(H_s) + K_e m) (m = q(H_i) −
         # q(H_s)), so p(H_i) − Q(H_i) ≥ p(H_s) − Q(H_e) + min(r_s/K_e, 1) ΔQ with
@@ -349,7 +349,7 @@ def _grid(smallest, t_lo, h):  # type: ignore[no-untyped-def]  # pragma: no cove
     sequential_prefix_masses` explains the scale)."""
     log_t_hi = math.log(RIGHT_TAIL) - math.log(smallest)
     num_nodes = math.ceil((log_t_hi - math.log(t_lo)) / h) + 1
-    shift = max(0, math.ceil((log_t_hi - math.log(LARGEST_TIME)) / _LN2))
+    shift = max(0, math.ceil((log_t_hi - math.log(LARGEST_TIME)) / LN2))
     return num_nodes, math.ldexp(1.0, shift)
 
 
@@ -472,7 +472,7 @@ def prefix_minimum_kernel(  # type: ignore[no-untyped-def]  # pragma: no cover -
     top = integrated[-1]
     known = np.zeros((integrated.shape[0], size + 1))  # Q at the prefixes evaluated so far
     growth = growth_kernel(q, integrated, largest)
-    limits = _fold_limits(t_lo / scale, h, num_nodes)  # masses each node folds
+    limits = fold_limits(t_lo / scale, h, num_nodes)  # masses each node folds
     if first.shape[0] == 0:
         first = _first_level(stop)
         may_refine = np.ones(first.shape[0] - 1, dtype=np.bool_)
@@ -495,12 +495,12 @@ def row_constants(
     """What :func:`prefix_minimum_kernel` takes for every row with these ``counts``:
     ``(distinct, left_times, beta, inverse)``, the distinct ``n`` ascending, each ``n``'s
     left end of the grid (``left_times[n]``,
-    :func:`~otbound.drafts._sequential_mass._left_time`), the power series' table for the
+    :func:`~otbound.drafts._sequential_mass.left_time`), the power series' table for the
     largest ``n`` and the left weight's coefficients."""
     distinct = np.asarray(sorted({int(n) for n in counts}), dtype=np.int64)
     top = int(distinct[-1])
-    left_times = np.array([math.inf] + [_left_time(n, h) for n in range(1, top + 1)])
-    return distinct, left_times, _series_table(top, MOST_TERMS), _inverse(h)
+    left_times = np.array([math.inf] + [left_time(n, h) for n in range(1, top + 1)])
+    return distinct, left_times, series_table(top, MOST_TERMS), left_weight_inverses(h)
 
 
 #: The names of this thread's work buffers (:mod:`otbound._scratch`) for a row's sweep.

@@ -19,7 +19,7 @@ sweep order are cut into blocks of ``L = SWEEP_BLOCK`` (256) and, for ``n ≥ 3`
    ``q t > 50`` (then ``P[N < n] < n e^{−50}`` at every later prefix, as in the dense path:
    ``G_k = 0``).
 2. **Block ends.** A doubling scan of the ``G_k`` along the blocks
-   (:func:`~otbound.drafts._torch_distinct._products_before`) gives the distribution at every
+   (:func:`~otbound.drafts._torch_distinct.products_before`) gives the distribution at every
    block start; ``Q`` at every block end follows from the trapezoid sum over the nodes, and with
    it the least ``p(H_e) − Q(H_e)`` over the block ends, ``g``.
 3. **Candidates.** ``Q`` is convex in the mass along the sweep (``docs/mathematics.md``, "The
@@ -55,27 +55,27 @@ from otbound.drafts._sequential_mass import (
     MOST_TERMS,
     SERIES_TOLERANCE,
     SMALL_RATE,
-    _series_table,
+    left_time,
+    series_table,
 )
 from otbound.drafts._sequential_sweep import CANDIDATE_SLACK
 from otbound.drafts._torch_distinct import (
-    _CERTAIN,
+    CERTAIN_FIRING,
     WITHOUT_REPLACEMENT,
     NodeGrid,
-    _left_time,
-    _left_weight,
-    _poly_mul,
-    _prefix_values,
-    _products_before,
-    _with_empty,
     checked_mass,
     decay,
     full_product,
     least_gap,
+    left_weight,
     node_grid,
     node_weights,
+    poly_mul,
     prefix_layout,
+    prefix_values,
+    products_before,
     sweep_sorted,
+    with_empty,
 )
 from otbound.drafts._torch_distinct import without_replacement_gap as dense_gap
 
@@ -145,7 +145,7 @@ def _block_products(
     ``certain_before`` the tokens with ``q t > 50`` up to each block's end (B, J, K)."""
     degree = n - 1
     beta = torch.tensor(
-        _series_table(n, MOST_TERMS)[1:, 1:].T, dtype=blocks.dtype, device=blocks.device
+        series_table(n, MOST_TERMS)[1:, 1:].T, dtype=blocks.dtype, device=blocks.device
     )
     largest, sums = _block_power_sums(blocks)
     u = largest[:, None, :] * t[:, :, None]  # (B, J, K)
@@ -177,7 +177,7 @@ def _certain_through(blocks: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     block's rates sorted once, then one search per node (``t = 0`` off the grid: none)."""
     rows, count, size = blocks.shape
     ascending = blocks.sort(dim=-1).values.reshape(rows * count, size)
-    limit = (_CERTAIN / t)[:, None, :].expand(rows, count, -1).reshape(rows * count, -1)
+    limit = (CERTAIN_FIRING / t)[:, None, :].expand(rows, count, -1).reshape(rows * count, -1)
     at_most = torch.searchsorted(ascending, limit.contiguous(), right=True)
     return (size - at_most).reshape(rows, count, -1).transpose(1, 2).cumsum(dim=-1)
 
@@ -222,7 +222,7 @@ def without_replacement_block_gap(
     replacement, the rows in sweep order (the module docstring's block sweep)."""
     rows, vocab = q_sorted.shape
     suffix, live, exact = prefix_layout(q_sorted, n)
-    cum_p = _with_empty(torch.cumsum(p_sorted, dim=-1))
+    cum_p = with_empty(torch.cumsum(p_sorted, dim=-1))
     gap = torch.zeros(rows, dtype=q_sorted.dtype, device=q_sorted.device)
     integrate = live.any(dim=-1)
     if not bool(integrate.all()):  # no live prefix: Q is 0 or 1 at every one
@@ -285,11 +285,11 @@ def _block_sweep_gap(
     )
     certain = _certain_through(blocks, t)
     products = _block_products(blocks, t, n, certain)
-    before = _products_before(products)  # (B, J, K, n): the distribution at each block start
-    below_end = _poly_mul(before, products).sum(dim=-1)  # P[N < n] at each block end
+    before = products_before(products)  # (B, J, K, n): the distribution at each block start
+    below_end = poly_mul(before, products).sum(dim=-1)  # P[N < n] at each block end
     ends = torch.clamp(torch.arange(1, count + 1, device=q.device) * size, max=vocab)
-    t_lo = _left_time(n, h)
-    left_end = _left_weight(suffix[:, ends], t_lo, h)
+    t_lo = left_time(n, h)
+    left_end = left_weight(suffix[:, ends], t_lo, h)
     weights = node_weights(grid.lam[:, ends][:, None, :] * t[:, :, None], on[:, :, None], h)
     remaining = (weights * below_end).sum(dim=1)
     mass_end = torch.where(live[:, ends], 1.0 - (remaining + left_end), exact[:, ends])
@@ -311,7 +311,7 @@ def _block_sweep_gap(
         inside = _inside_values(
             blocks[r, k], t[r], on[r], before[r, :, k], grid.lam[rows_at, at], h,
         )  # fmt: skip
-        left = _left_weight(suffix[rows_at, at], t_lo, h)
+        left = left_weight(suffix[rows_at, at], t_lo, h)
         mass = torch.where(live[rows_at, at], 1.0 - (inside + left), exact[rows_at, at])
         mass = checked_mass(mass, WITHOUT_REPLACEMENT, n)
         value = torch.where(real, cum_p[rows_at, at] - mass, math.inf)
@@ -336,7 +336,7 @@ def _inside_values(
     alive = on & (state.sum(dim=-1) > 0)
     block, node = alive.nonzero().unbind(-1)
     t_pair = t[block, node][:, None]
-    below = _prefix_values(
+    below = prefix_values(
         *decay(rates[block] * t_pair), state.shape[-1] - 1, cumulative=True,
         start=state[block, node],
     )  # fmt: skip

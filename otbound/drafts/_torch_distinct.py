@@ -67,16 +67,22 @@ from otbound._torch_checks import clip_rounding_torch
 from otbound.bounds.sweep import prefix_mass_what
 from otbound.drafts._sequential_mass import (
     LARGEST_TIME,
-    LEFT_TOLERANCE,
     LOG_TIME_STEP,
     RIGHT_TAIL,
+    left_time,
 )
 
 __all__ = [
+    "CERTAIN_FIRING",
     "checked_mass",
     "conditional_poisson_gap",
     "conditional_poisson_prefix_ratio",
+    "left_weight",
+    "poly_mul",
+    "prefix_values",
+    "products_before",
     "sweep_sorted",
+    "with_empty",
     "without_replacement_gap",
     "without_replacement_prefix_mass",
 ]
@@ -84,7 +90,7 @@ __all__ = [
 #: The design the exponential-clock sweeps compute (its name in the refusals' words).
 WITHOUT_REPLACEMENT = "without_replacement"
 #: A token with ``q t`` above this has fired with probability ``1 − e^{−50}`` (``< 2e-22`` off).
-_CERTAIN = 50.0
+CERTAIN_FIRING = 50.0
 #: Rows with ``e_n(q)`` below this are recomputed with per-coefficient exponents (float64;
 #: other dtypes: :func:`_linear_floor`).
 _LINEAR_FLOOR = 2.0**-800
@@ -133,7 +139,7 @@ def sweep_sorted(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.
     return torch.take_along_dim(p, order, dim=-1), torch.take_along_dim(q, order, dim=-1)
 
 
-def _with_empty(x: torch.Tensor, first: float = 0.0) -> torch.Tensor:
+def with_empty(x: torch.Tensor, first: float = 0.0) -> torch.Tensor:
     """``x`` (B, V) with a column ``first`` prepended: values of the prefixes ``H_0..H_V``."""
     return torch.nn.functional.pad(x, (1, 0), value=first)
 
@@ -154,7 +160,7 @@ def least_gap(cum_p: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
 
 def _gap(p_sorted: torch.Tensor, mass: torch.Tensor, design: str, n: int) -> torch.Tensor:
     """:func:`least_gap` from ``Q`` of every prefix (B, V + 1), checked (:func:`checked_mass`)."""
-    cum_p = _with_empty(torch.cumsum(p_sorted, dim=-1))
+    cum_p = with_empty(torch.cumsum(p_sorted, dim=-1))
     return least_gap(cum_p, checked_mass(mass, design, n))
 
 
@@ -164,7 +170,7 @@ def _gap(p_sorted: torch.Tensor, mass: torch.Tensor, design: str, n: int) -> tor
 SCAN_BLOCK = 64
 
 
-def _poly_mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def poly_mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Truncated product ``c_k = Σ_{j ≤ k} a_j b_{k−j}`` of coefficient vectors (..., d + 1)."""
     out = a[..., :1] * b
     for j in range(1, a.shape[-1]):
@@ -180,7 +186,7 @@ def add_token(state: torch.Tensor, const: torch.Tensor, lin: torch.Tensor) -> to
     return new
 
 
-def _products_before(blocks: torch.Tensor) -> torch.Tensor:
+def products_before(blocks: torch.Tensor) -> torch.Tensor:
     """``C_k = Π_{m < k} F_m`` (``C_0 = 1``) of the block products ``F_m`` along axis −2
     (..., K, d + 1): a Hillis–Steele scan, ``⌈log2 K⌉`` doubling steps of one truncated product
     each (the products commute, every coefficient is ``≥ 0``: no cancellation)."""
@@ -189,7 +195,7 @@ def _products_before(blocks: torch.Tensor) -> torch.Tensor:
     shift = 1
     while shift < count:
         step = inclusive.clone()
-        step[..., shift:, :] = _poly_mul(inclusive[..., :-shift, :], inclusive[..., shift:, :])
+        step[..., shift:, :] = poly_mul(inclusive[..., :-shift, :], inclusive[..., shift:, :])
         inclusive = step
         shift *= 2
     before = torch.empty_like(blocks)
@@ -243,7 +249,7 @@ def full_product(const: torch.Tensor, lin: torch.Tensor, degree: int) -> torch.T
     return torch.nn.functional.pad(poly[..., 0, :], (0, degree + 1 - poly.shape[-1]))
 
 
-def _prefix_values(
+def prefix_values(
     const: torch.Tensor,
     lin: torch.Tensor,
     degree: int,
@@ -257,15 +263,15 @@ def _prefix_values(
 
     The blocked scan of the module docstring: blocks of :data:`SCAN_BLOCK` tokens, the partial
     products in every block at once (one step a token of the block), the products of the blocks
-    before each block by a doubling scan (:func:`_products_before`), ``Σ_j C_j G_{d−j}`` at each
+    before each block by a doubling scan (:func:`products_before`), ``Σ_j C_j G_{d−j}`` at each
     prefix: some ``3 L + (d + 2) ⌈log2(V / L)⌉`` tensor operations whatever the batch and the
     nodes (each a kernel launch on a GPU).
     """
     vocab = const.shape[-1]
     within, blocks = _block_partials(const, lin, degree)
-    carry = _products_before(blocks)
+    carry = products_before(blocks)
     if start is not None:
-        carry = _poly_mul(start.unsqueeze(-2), carry)
+        carry = poly_mul(start.unsqueeze(-2), carry)
     inner = within.cumsum(dim=-1) if cumulative else within
     values = (carry.unsqueeze(-2) * inner.flip(-1)).sum(dim=-1)
     return values.flatten(-2)[..., :vocab]
@@ -305,7 +311,7 @@ def _block_size(vocab: int) -> int:
 
 def _scaled_esp(q: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     r"""``e_n`` of every prefix ``i = 1..V`` as ``m 2^x`` (two (B, V) tensors): the blocked scan of
-    :func:`_prefix_values` with one power-of-two exponent per coefficient, so that nothing
+    :func:`prefix_values` with one power-of-two exponent per coefficient, so that nothing
     under- or overflows (each operation rounds the mantissa once: relative error
     ``≤ 3 (V + n) u``)."""
     rows, vocab = q.shape
@@ -361,7 +367,7 @@ def conditional_poisson_prefix_ratio(q_sorted: torch.Tensor, n: int) -> torch.Te
     (:func:`_scaled_esp`), so that masses down to 5e-324 keep their relative precision.
     """
     ones = torch.ones_like(q_sorted)
-    esp = _prefix_values(ones, q_sorted, n, cumulative=False)
+    esp = prefix_values(ones, q_sorted, n, cumulative=False)
     whole = esp[:, -1:]
     ratio = esp / torch.where(whole > 0, whole, 1.0)
     small = (whole < _linear_floor(q_sorted.dtype)).squeeze(-1)
@@ -370,7 +376,7 @@ def conditional_poisson_prefix_ratio(q_sorted: torch.Tensor, n: int) -> torch.Te
         shift = (x - x[:, -1:]).clamp(-2400.0, 300.0)
         scaled = m / torch.where(m[:, -1:] > 0, m[:, -1:], 1.0) * torch.exp2(shift)
         ratio[small] = scaled
-    return _with_empty(ratio)
+    return with_empty(ratio)
 
 
 def conditional_poisson_gap(p: torch.Tensor, q: torch.Tensor, n: int) -> torch.Tensor:
@@ -381,14 +387,7 @@ def conditional_poisson_gap(p: torch.Tensor, q: torch.Tensor, n: int) -> torch.T
 
 
 # -- sequential sampling without replacement ------------------------------------------------------
-def _left_time(n: int, h: float) -> float:
-    """``t_lo`` of :mod:`otbound.drafts._sequential_mass`: the left-end error is below
-    ``LEFT_TOLERANCE`` (``P[N ≥ n] ≤ (c t)^n / n!``)."""
-    bound = LEFT_TOLERANCE * math.factorial(n) * (-math.expm1(-h * (n + 1))) / h
-    return min(float(bound ** (1.0 / (n + 1))), 1.0)
-
-
-def _left_weight(lam: torch.Tensor, t_lo: float, h: float) -> torch.Tensor:
+def left_weight(lam: torch.Tensor, t_lo: float, h: float) -> torch.Tensor:
     r"""``Σ_{j≥1} h λ t_j e^{−λ t_j}`` over the nodes ``t_j = t_lo e^{−jh}`` left of the grid:
     ``h Σ_m (−1)^m (λ t_lo)^{m+1} / (m! (e^{h(m+1)} − 1))``, sixty terms (``λ t_lo ≤ 1``)."""
     x = lam * t_lo
@@ -404,13 +403,13 @@ def _closed_form_mass(q: torch.Tensor, suffix: torch.Tensor, n: int) -> torch.Te
     """``Q`` of every prefix for ``n ≤ 2`` (:func:`otbound.drafts._sequential_mass.
     _closed_form_mass`): ``q(H)``, or ``1 − λ (1 + Σ_{x∈H} q_x / (1 − q_x))`` with ``1 − q_x``
     the sum of the other masses."""
-    before = _with_empty(torch.cumsum(q, dim=-1))
+    before = with_empty(torch.cumsum(q, dim=-1))
     if n == 1:
         return before
     rest = before[:, :-1] + suffix[:, 1:]
     odds = torch.where(q > 0, q / torch.where(rest > 0, rest, 1.0), 0.0)
     odds = torch.where((q > 0) & (rest <= 0), math.inf, odds)
-    return 1.0 - suffix * (1.0 + _with_empty(torch.cumsum(odds, dim=-1)))
+    return 1.0 - suffix * (1.0 + with_empty(torch.cumsum(odds, dim=-1)))
 
 
 class NodeGrid(NamedTuple):
@@ -442,7 +441,7 @@ def node_grid(
     (``λ_min`` the smallest mass outside a live prefix), the rates scaled up by a power of two
     where ``t_hi`` would pass the dtype's largest node (:func:`_largest_time`; the products
     ``q t`` are unchanged)."""
-    t_lo = _left_time(n, h)
+    t_lo = left_time(n, h)
     lam_min = torch.where(live, suffix, math.inf).amin(dim=-1)
     log_t_hi = math.log(RIGHT_TAIL) - torch.log(lam_min)
     nodes = (torch.ceil((log_t_hi - math.log(t_lo)) / h) + 1).clamp(min=1)
@@ -478,11 +477,11 @@ def _integral_remaining(
         on = j[None, :] < nodes[:, None]
         rate = qs[:, None, :] * t[:, :, None]  # (B, J, V)
         # a node stops once n tokens with q t > 50 are in: P[N < n] < n e^{-50} beyond
-        certain = torch.cumsum((rate[:, 0] > _CERTAIN).to(torch.int32), dim=-1)
+        certain = torch.cumsum((rate[:, 0] > CERTAIN_FIRING).to(torch.int32), dim=-1)
         stop = int(torch.count_nonzero(certain < n, dim=-1).max()) + 1
         stop = min(stop, vocab)
         rate = rate[..., :stop]
-        below = _prefix_values(*decay(rate), n - 1, cumulative=True)  # P[N_{H_i}(t_j) < n]
+        below = prefix_values(*decay(rate), n - 1, cumulative=True)  # P[N_{H_i}(t_j) < n]
         weight = node_weights(lam[:, None, :stop] * t[:, :, None], on[:, :, None], h)
         remaining[:, :stop] += (weight * below).sum(dim=1)
     return remaining
@@ -497,7 +496,7 @@ def prefix_layout(
     holds ``n`` positive masses, else 0: ``exact``)."""
     zero = torch.zeros(q_sorted.shape[0], 1, dtype=q_sorted.dtype, device=q_sorted.device)
     suffix = torch.cat([q_sorted.flip(-1).cumsum(-1).flip(-1), zero], dim=-1)
-    enough = _with_empty(torch.cumsum((q_sorted > 0).to(torch.int64), dim=-1)) >= n
+    enough = with_empty(torch.cumsum((q_sorted > 0).to(torch.int64), dim=-1)) >= n
     exact = torch.where(enough, 1.0, 0.0).to(q_sorted.dtype)
     return suffix, enough & (suffix > 0), exact
 
@@ -527,8 +526,8 @@ def without_replacement_prefix_mass(
     if bool(integrate.any()):
         part = integrate.nonzero().squeeze(-1)
         q_p, suffix_p, live_p = q_sorted[part], suffix[part], live[part]
-        remaining = _with_empty(_integral_remaining(q_p, suffix_p, live_p, n, h))
-        left = _left_weight(suffix_p, _left_time(n, h), h)
+        remaining = with_empty(_integral_remaining(q_p, suffix_p, live_p, n, h))
+        left = left_weight(suffix_p, left_time(n, h), h)
         mass[part] = torch.where(live_p, 1.0 - (remaining + left), exact[part])
     return mass
 
