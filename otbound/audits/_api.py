@@ -18,7 +18,7 @@ from otbound.engines import CHAIN_RULES, ChainRule, Processing, Sides
 from otbound.evaluate import SIGNIFICANCE
 from otbound.verifiers.base import as_trials
 
-__all__ = ["SAMPLE_DUMP", "audit", "audit_dump", "audit_rules"]
+__all__ = ["SAMPLE_DUMP", "audit", "audit_dump", "audit_rules", "open_audit_dump"]
 
 #: The sample dump shipped with the source tree.
 SAMPLE_DUMP = Path(__file__).resolve().parents[2] / "data" / "sample"
@@ -184,7 +184,7 @@ def audit_rules(
         else as_audited(r, processing=processing, n=n, design=design)
         for r in rules
     ]
-    source = _open(dump)
+    source = open_audit_dump(dump)
     if max_steps is not None and max_steps < 1:
         raise ValueError(f"max_steps must be at least 1, got {max_steps}")
     trials = as_trials(trials)
@@ -245,7 +245,9 @@ def audit_dump(rule: object, dump: object = None, *args: Any, **kwargs: Any) -> 
     return result
 
 
-def _open(dump: object) -> Dump:
+def open_audit_dump(dump: object) -> Dump:
+    """``dump`` as a :class:`~otbound.dumps.Dump`: kept if it is one, opened if it is a path,
+    the sample (:data:`SAMPLE_DUMP`) if it is ``None``."""
     if isinstance(dump, Dump):
         return dump
     if dump is None:

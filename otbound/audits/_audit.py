@@ -44,6 +44,7 @@ __all__ = [
     "STEP_COLUMNS",
     "AuditResult",
     "audit_step",
+    "step_row",
     "summarise",
 ]
 
@@ -219,7 +220,7 @@ def audit_step(
         tv = 0.5 * float(np.abs(law[0] - target).sum())
         acceptance = law[1]
         above = acceptance > alpha + EXACT_TOLERANCE
-        return _row(
+        return step_row(
             step,
             "exact",
             (tv, tv, tv, 0.0),
@@ -238,7 +239,7 @@ def audit_step(
         )
     hits = int(np.count_nonzero(audited.records))
     low, high = wilson_interval(hits, trials, 0.95)
-    return _row(
+    return step_row(
         step,
         "monte_carlo",
         (result.tv_distance, result.tv_lower, result.tv_upper, math.nan),
@@ -250,7 +251,7 @@ def audit_step(
     )
 
 
-def _row(
+def step_row(
     step: int,
     method: str,
     tvs: tuple[float, float, float, float],
@@ -260,6 +261,7 @@ def _row(
     alpha: float,
     above: bool,
 ) -> dict[str, Any]:
+    """One row of the steps table (:data:`STEP_COLUMNS`) from the audit of one step."""
     values = (step, method, *tvs, *test, acceptance, *interval, alpha, bool(above))
     return dict(zip(STEP_COLUMNS, values, strict=True))
 

@@ -4,7 +4,7 @@ A chain is a context-independent model (:mod:`otbound.sequence`): target rows
 ``P_1..P_{γ+1}`` and draft rows ``Q_1..Q_γ``, after the request's processing (both sides
 alike). One iteration emits the accepted prefix and a token from the target side; completed by
 fresh target draws to ``γ + 1`` tokens, its law must be the product ``Π_d P_d`` (lossless,
-:mod:`otbound.sequence._base`).
+:mod:`otbound.sequence._protocol`).
 
 * **exact** for a rule whose choices enumerate (``vllm_block``) at small ``V``:
   :func:`otbound.sequence.sequence_law`, its total variation from the product, and the exact
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from otbound.audits._audit import ABOVE_CONFIDENCE, EXACT_TOLERANCE, _row
+from otbound.audits._audit import ABOVE_CONFIDENCE, EXACT_TOLERANCE, step_row
 from otbound.engines import Processing
 from otbound.engines.blocks import ChainRule, VllmBlock
 from otbound.evaluate import check_lossless
@@ -121,7 +121,7 @@ def chain_step(
         tv = lossless_gap(rule, p, q, gamma)
         accepted = rule.acceptance(p, q, gamma)
         best = block_acceptance("block", p, q, gamma)
-        return _row(step, "exact", (tv, tv, tv, 0.0), (math.nan, 0.0, 0, 0), accepted,
+        return step_row(step, "exact", (tv, tv, tv, 0.0), (math.nan, 0.0, 0, 0), accepted,
                     (accepted, accepted), best, accepted > best + EXACT_TOLERANCE)  # fmt: skip
     rng = np.random.default_rng(seed)  # type: ignore[arg-type]
     sequences, tau = simulate(rule, p, q, trials, rng)
@@ -132,7 +132,7 @@ def chain_step(
     half = 1.96 * float(tau.std(ddof=1)) / math.sqrt(trials) if trials > 1 else math.inf
     # the difference from block verification's, two independent samples
     spread = math.sqrt((float(tau.var(ddof=1)) + float(best_tau.var(ddof=1))) / trials)
-    return _row(
+    return step_row(
         step,
         "monte_carlo",
         (result.tv_distance, result.tv_lower, result.tv_upper, math.nan),

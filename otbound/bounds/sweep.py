@@ -70,7 +70,7 @@ def _take_sorted(x: np.ndarray, order: np.ndarray) -> np.ndarray:
     return np.take_along_axis(x, index, axis=-1)
 
 
-def _refuse_nan(gap: np.ndarray, design: DraftDesign, n: int, step: str, first_row: int) -> None:
+def refuse_nan(gap: np.ndarray, design: DraftDesign, n: int, step: str, first_row: int) -> None:
     """Raise ``ValueError`` if ``gap`` (B, ...) holds a NaN: compared with ``<`` or
     ``np.minimum``, a NaN would vanish and leave ``α* = 1``."""
     bad = np.isnan(gap)
@@ -94,7 +94,7 @@ def _sweep(
     """
     direct = design.direct_sweep(p, q, n)
     if direct is not None:
-        _refuse_nan(direct[0], design, n, design.direct_sweep_name, first_row)
+        refuse_nan(direct[0], design, n, design.direct_sweep_name, first_row)
         return direct
     if _bucketed(design, p):
         gap, chosen = _bucketed_sweep(p, q, [n], design, first_row, certificate=True)
@@ -143,7 +143,7 @@ def _bucketed_sweep(
             for c, length in enumerate(index):
                 chosen[c, row, order[: int(length)]] = True
     for c, n in enumerate(counts):
-        _refuse_nan(gap[c], design, n, "bucketed prefix sweep", first_row)
+        refuse_nan(gap[c], design, n, "bucketed prefix sweep", first_row)
     if declined:
         rest = np.asarray(declined)
         if certificate:
@@ -329,7 +329,7 @@ def _prefix_minimum(
     cum_p = prefix_sums(p_sorted)
     masses = design.prefix_masses(q_sorted, counts)
     for n, mass in zip(counts, masses, strict=True):
-        _refuse_nan(cum_p - mass, design, n, "prefix sweep", first_row)
+        refuse_nan(cum_p - mass, design, n, "prefix sweep", first_row)
     gap = cum_p[None] - _checked_mass(masses, design, counts, first_row)
     where = np.argmin(gap, axis=-1)
     return np.take_along_axis(gap, where[..., None], axis=-1)[..., 0], where

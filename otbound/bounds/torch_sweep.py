@@ -27,8 +27,8 @@ Ties among equally likely tokens of ``q`` go to the lower token id, as in
 :mod:`otbound.drafts`, so the two paths agree to rounding (1e-9 in float64 is tested).
 
 Each design's torch kernel is its :meth:`~otbound.drafts.DraftDesign.torch_gap`
-(:mod:`otbound.drafts._torch`); the designs computed here are those whose ``torch_sweep`` is
-true (:data:`TORCH_DESIGNS`). The input checks are the numpy path's
+(:mod:`otbound.drafts._torch_closed_forms`); the designs computed here are those whose
+``torch_sweep`` is true (:data:`TORCH_DESIGNS`). The input checks are the numpy path's
 (:func:`otbound._checks.check_rows`, :meth:`~otbound.drafts.DraftDesign.check_rows`), and
 so are the refusals of a ``Q(H)`` or an ``α*`` outside ``[0, 1]`` by more than rounding
 (:func:`otbound._torch_checks.clip_rounding_torch`: tested on the device, raised by
@@ -49,7 +49,7 @@ from otbound._torch_checks import (
     support_sizes,
 )
 from otbound.bounds.solvers import Solver
-from otbound.bounds.sweep import _refuse_nan, alpha_what
+from otbound.bounds.sweep import alpha_what, refuse_nan
 from otbound.drafts import DESIGNS, DraftDesign, designs_where, get_design
 
 #: Designs this module computes (those whose ``torch_sweep`` is true), in registry order.
@@ -186,7 +186,7 @@ def optimal_acceptance_torch(
         part = slice(start, start + step)
         gap[part] = spec.torch_gap(p2[part].contiguous(), q2[part].contiguous(), n)
     if bool(torch.isnan(gap).any()):  # as the numpy sweep: a NaN is never returned as a rate
-        _refuse_nan(gap.cpu().numpy(), spec, n, "torch sweep", 0)
+        refuse_nan(gap.cpu().numpy(), spec, n, "torch sweep", 0)
     alpha = clip_rounding_torch(1.0 + gap, 0.0, 1.0, alpha_what(spec.name, [n]))
     return alpha.reshape(batch)
 

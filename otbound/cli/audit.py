@@ -162,9 +162,9 @@ def run_temperature(
         record = json.loads(part.read_text(encoding="utf-8"))
         if record.get("settings") == wanted:
             return pd.DataFrame(record["summary"]), pd.DataFrame(record["steps"])
-    from otbound.audits._api import _open
+    from otbound.audits._api import open_audit_dump
 
-    dump = _open(args.dump)
+    dump = open_audit_dump(args.dump)
     total = dump.num_steps if args.max_steps is None else min(args.max_steps, dump.num_steps)
     with tqdm(
         total=total,

@@ -51,7 +51,7 @@ def _as_rows(x: object, name: str) -> np.ndarray:
     return arr
 
 
-def _step_ids(step_ids: object, steps: int) -> np.ndarray:
+def as_step_ids(step_ids: object, steps: int) -> np.ndarray:
     if step_ids is None:
         return np.arange(steps, dtype=np.int64)
     ids = np.asarray(step_ids, dtype=np.int64).ravel()
@@ -167,7 +167,7 @@ def find_probability_rows(rows: object, tolerance: float) -> np.ndarray:
     return found
 
 
-def _check_filters(temperature: float, top_k: int | None, top_p: float | None) -> None:
+def check_filters(temperature: float, top_k: int | None, top_p: float | None) -> None:
     if not np.isfinite(temperature) or temperature < 0:
         raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
     if top_k is not None and (isinstance(top_k, bool) or int(top_k) != top_k or top_k < 1):
@@ -182,7 +182,7 @@ def _top_k_mask(scores: np.ndarray, k: int) -> np.ndarray:
     return scores >= kth
 
 
-def _top_p_mask(probs: np.ndarray, top_p: float) -> np.ndarray:
+def top_p_mask(probs: np.ndarray, top_p: float) -> np.ndarray:
     """Most likely tokens first (lower id on ties) while the mass before them is < top_p."""
     order = np.argsort(-probs, axis=1, kind="stable")
     ranked = np.take_along_axis(probs, order, axis=1)
@@ -245,9 +245,9 @@ def to_probabilities(
     >>> to_probabilities([[3.0, 1.0, 2.0]], top_k=2, temperature=0).tolist()
     [[1.0, 0.0, 0.0]]
     """
-    _check_filters(temperature, top_k, top_p)
+    check_filters(temperature, top_k, top_p)
     arr = _as_rows(rows, name)
-    ids = _step_ids(step_ids, arr.shape[0])
+    ids = as_step_ids(step_ids, arr.shape[0])
     bad = find_bad_steps(arr, values)
     if np.any(bad):
         problem = (
@@ -278,7 +278,7 @@ def _checked_probabilities(
         x[~_top_k_mask(x, int(top_k))] = -np.inf
     probs = softmax_in_place(x)
     if top_p is not None and top_p < 1.0:
-        probs[~_top_p_mask(probs, float(top_p))] = 0.0
+        probs[~top_p_mask(probs, float(top_p))] = 0.0
         probs /= probs.sum(axis=1, keepdims=True)
     return probs
 
@@ -381,7 +381,7 @@ def prepare_distributions(
     for kind in kinds:
         if kind not in VALUES:
             raise ValueError(f"values must be one of {VALUES}, got {kind!r}")
-    _check_filters(temperature, top_k, top_p)
+    check_filters(temperature, top_k, top_p)
     t_rows = _as_rows(target, "target")
     d_rows = _as_rows(draft, "draft")
     if t_rows.shape[0] != d_rows.shape[0]:
@@ -389,7 +389,7 @@ def prepare_distributions(
             f"target and draft hold different numbers of steps: {t_rows.shape[0]} and "
             f"{d_rows.shape[0]}"
         )
-    ids = _step_ids(step_ids, t_rows.shape[0])
+    ids = as_step_ids(step_ids, t_rows.shape[0])
     width = align_vocab(t_rows.shape[1], d_rows.shape[1], truncate_vocab)
     t_rows, d_rows = t_rows[:, :width], d_rows[:, :width]
     bad_t = find_bad_steps(t_rows, kinds[0])

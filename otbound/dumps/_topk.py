@@ -27,11 +27,11 @@ from otbound.bounds import optimal_acceptance
 from otbound.bounds.intervals import INTERVAL_DESIGNS, iid_interval, merge_known
 from otbound.dumps._format import DumpError, TopKRows
 from otbound.dumps._processing import (
-    _check_filters,
-    _step_ids,
-    _top_p_mask,
+    as_step_ids,
+    check_filters,
     describe_steps,
     prepare_distributions,
+    top_p_mask,
 )
 
 
@@ -56,7 +56,7 @@ def _mass_error(rows: TopKRows) -> np.ndarray:
 def _describe_mass_errors(rows: TopKRows, step_ids: object = None) -> str:
     """``"step 8: stored probabilities sum to 1 + 1.0e-04"`` for the first rows (at most three)
     whose stored mass is impossible (see :func:`find_bad_topk_steps`); ``""`` when none is."""
-    ids = _step_ids(step_ids, rows.num_steps)
+    ids = as_step_ids(step_ids, rows.num_steps)
     error = _mass_error(rows)
     wrong = np.flatnonzero((error != 0) & np.isfinite(error))
     parts = [
@@ -154,8 +154,8 @@ def process_topk(
         Steps where the filtering would need unseen tokens, or whose stored mass is impossible
         (see :func:`find_bad_topk_steps`), named.
     """
-    _check_filters(temperature, top_k, top_p)
-    ids = _step_ids(step_ids, rows.num_steps)
+    check_filters(temperature, top_k, top_p)
+    ids = as_step_ids(step_ids, rows.num_steps)
     if temperature not in (0.0, 1.0):
         raise ValueError(
             f"temperature {temperature:g} cannot be applied exactly to top-{rows.k} rows: the "
@@ -200,7 +200,7 @@ def process_topk(
                 f"{describe_steps(ids[short])}: the stored mass there is below top_p; "
                 "store more tokens per row or full logits"
             )
-        probs[~_top_p_mask(probs, float(top_p))] = 0.0
+        probs[~top_p_mask(probs, float(top_p))] = 0.0
         probs /= probs.sum(axis=1, keepdims=True)
         filtered = True
     if not filtered:  # the rows as stored: their rounding allowance stays theirs
@@ -281,7 +281,7 @@ def topk_interval(
     steps = target.num_steps
     if steps == 0:
         return np.zeros(0), np.zeros(0)
-    ids = _step_ids(step_ids, steps)
+    ids = as_step_ids(step_ids, steps)
     p_known, _ = _known_and_tail(target, "target", ids)
     q_known, _ = _known_and_tail(draft, "draft", ids)
     p, q = merge_known(target.ids, p_known, _complete(target), draft.ids, q_known, _complete(draft))
@@ -397,7 +397,7 @@ def acceptance_interval(
             f"target and draft hold different numbers of steps: {target.num_steps} and "
             f"{draft.num_steps}"
         )
-    ids = _step_ids(step_ids, target.num_steps)
+    ids = as_step_ids(step_ids, target.num_steps)
     bad_t, bad_d = find_bad_topk_steps(target), find_bad_topk_steps(draft)
     bad = bad_t | bad_d
     if np.any(bad) and not skip_bad_steps:

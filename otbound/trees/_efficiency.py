@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from otbound.trees._shapes import Tree, _as_count, _node_text, _path_text, clean_tree
+from otbound.trees._shapes import Tree, as_count, clean_tree, node_text, path_text
 
 #: Row sums of positional vectors may exceed one by this much (rounding).
 _SUM_TOLERANCE = 1e-9
@@ -54,13 +54,13 @@ def _check_fits(rows: np.ndarray, per_depth: bool, nodes: list[tuple[int, ...]],
         if node[-1] >= width:
             raise ValueError(
                 f"{name} has {width} entr{'y' if width == 1 else 'ies'} but the tree has the "
-                f"node {_path_text(node)}, child {node[-1]} of its parent: it needs at least "
+                f"node {path_text(node)}, child {node[-1]} of its parent: it needs at least "
                 f"{node[-1] + 1} entries"
             )
         if per_depth and len(node) > rows.shape[0]:
             raise ValueError(
                 f"{name} has {rows.shape[0]} rows (depths 1..{rows.shape[0]}) but the tree has "
-                f"the node {_path_text(node)} at depth {len(node)}"
+                f"the node {path_text(node)} at depth {len(node)}"
             )
 
 
@@ -176,10 +176,10 @@ def best_tree(positional_acceptance: object, budget: int, max_depth: int | None 
     [[0], [1], [0, 0]]
     """
     rows, per_depth = _as_rows(positional_acceptance, "positional_acceptance", row_sums=True)
-    budget = _as_count(budget, "budget")
+    budget = as_count(budget, "budget")
     limit = budget
     if max_depth is not None:
-        limit = min(limit, _as_count(max_depth, "max_depth"))
+        limit = min(limit, as_count(max_depth, "max_depth"))
     if per_depth:
         limit = min(limit, rows.shape[0])
     width = min(rows.shape[1], budget)
@@ -339,12 +339,12 @@ def bound_block_efficiency(alpha_star_by_width: object, tree: object) -> float:
         if k > rows.shape[1]:
             raise ValueError(
                 f"alpha_star_by_width has {rows.shape[1]} entries (α*(1)..α*({rows.shape[1]})) "
-                f"but the node {_node_text(parent)} has {k} children"
+                f"but the node {node_text(parent)} has {k} children"
             )
         if per_depth and len(parent) >= rows.shape[0]:
             raise ValueError(
                 f"alpha_star_by_width has {rows.shape[0]} rows (one per depth from 0) but the "
-                f"node {_node_text(parent)} at depth {len(parent)} has children"
+                f"node {node_text(parent)} at depth {len(parent)} has children"
             )
     value: dict[tuple[int, ...], float] = {}  # W(u) of the internal nodes; leaves are 0
     for parent in sorted(children, key=len, reverse=True):  # children before parents

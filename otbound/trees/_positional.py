@@ -12,7 +12,7 @@ from numpy.typing import DTypeLike
 from otbound._checks import as_distribution_pair, broadcast_batch, clip_rounding
 from otbound.drafts import get_design
 from otbound.drafts import top_tokens as _top_tokens
-from otbound.trees._shapes import _as_count
+from otbound.trees._shapes import as_count
 from otbound.verifiers.base import BaseVerifier, as_trials, sample_drafts
 from otbound.verifiers.registry import get_verifier
 
@@ -148,10 +148,10 @@ def _monte_carlo_step(
 
 def _as_widths(width: object) -> tuple[list[int], bool]:
     if isinstance(width, numbers.Integral) and not isinstance(width, bool):
-        return [_as_count(width, "width", 1)], False
+        return [as_count(width, "width", 1)], False
     if isinstance(width, str | bytes) or not isinstance(width, Iterable):
         raise ValueError(f"width must be an integer >= 1 or a list of them, got {width!r}")
-    widths = [_as_count(w, "each width", 1) for w in width]
+    widths = [as_count(w, "each width", 1) for w in width]
     if not widths:
         raise ValueError("width must be an integer >= 1 or a non-empty list of them, got []")
     return widths, True

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from otbound.trees._shapes import _as_branching
+from otbound.trees._shapes import as_branching
 
 #: Columns of :func:`predict_tokens_per_call`'s table after the grouping columns.
 PREDICT_COLUMNS = (
@@ -101,7 +101,7 @@ def predict_tokens_per_call(table: pd.DataFrame, trees: object) -> pd.DataFrame:
             raise ValueError(
                 f"each tree is a list of per-depth branching factors (e.g. [2, 2, 2]), got {t!r}"
             )
-        factors = _as_branching(t)
+        factors = as_branching(t)
         specs.append((str(name) if name is not None else "x".join(map(str, factors)), factors))
     keys = [c for c in ("temperature", "design", "verifier") if c in table.columns]
     clean = table.dropna(subset=["acceptance"])

@@ -10,12 +10,12 @@ import numpy as np
 Tree = list[list[int]]
 
 
-def _path_text(path: Sequence[int]) -> str:
+def path_text(path: Sequence[int]) -> str:
     return "[" + ", ".join(str(int(i)) for i in path) + "]"
 
 
-def _node_text(path: Sequence[int]) -> str:
-    return _path_text(path) if path else "root"
+def node_text(path: Sequence[int]) -> str:
+    return path_text(path) if path else "root"
 
 
 def clean_tree(tree: object, name: str = "tree") -> list[tuple[int, ...]]:
@@ -45,20 +45,20 @@ def clean_tree(tree: object, name: str = "tree") -> list[tuple[int, ...]]:
         key = tuple(int(i) for i in items)
         if key in nodes:
             raise ValueError(
-                f"{name} has the node {_path_text(key)} twice ({name}[{nodes[key]}] and "
+                f"{name} has the node {path_text(key)} twice ({name}[{nodes[key]}] and "
                 f"{name}[{index}])"
             )
         nodes[key] = index
     for key in nodes:
         if len(key) > 1 and key[:-1] not in nodes:
             raise ValueError(
-                f"{name} has the node {_path_text(key)} but not its parent "
-                f"{_path_text(key[:-1])}: every prefix of a path must be a node"
+                f"{name} has the node {path_text(key)} but not its parent "
+                f"{path_text(key[:-1])}: every prefix of a path must be a node"
             )
         if key[-1] > 0 and (*key[:-1], key[-1] - 1) not in nodes:
             raise ValueError(
-                f"{name} has the node {_path_text(key)} but not its sibling "
-                f"{_path_text((*key[:-1], key[-1] - 1))}: children must be numbered "
+                f"{name} has the node {path_text(key)} but not its sibling "
+                f"{path_text((*key[:-1], key[-1] - 1))}: children must be numbered "
                 "contiguously from 0"
             )
     return sorted(nodes, key=lambda k: (len(k), k))
@@ -101,17 +101,17 @@ def chain(depth: int) -> Tree:
     >>> chain(3)
     [[0], [0, 0], [0, 0, 0]]
     """
-    depth = _as_count(depth, "depth")
+    depth = as_count(depth, "depth")
     return [[0] * d for d in range(1, depth + 1)]
 
 
-def _as_count(value: object, name: str, minimum: int = 0) -> int:
+def as_count(value: object, name: str, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
 
 
-def _as_branching(branching: object, depth: object = None) -> list[int]:
+def as_branching(branching: object, depth: object = None) -> list[int]:
     """Per-depth branching factors from an int and a depth, or a sequence of ints."""
     if isinstance(branching, numbers.Integral) and not isinstance(branching, bool):
         if depth is None:
@@ -119,12 +119,12 @@ def _as_branching(branching: object, depth: object = None) -> list[int]:
                 "kary_tree(k) needs a depth: kary_tree(k, depth=d), or per-depth branching "
                 "factors such as [2, 2, 2]"
             )
-        return [_as_count(branching, "branching", 1)] * _as_count(depth, "depth")
+        return [as_count(branching, "branching", 1)] * as_count(depth, "depth")
     if depth is not None:
         raise ValueError("depth is given by the length of a per-depth branching list; omit depth")
     if isinstance(branching, str | bytes) or not isinstance(branching, Iterable):
         raise ValueError(f"branching must be an integer >= 1 or a list of them, got {branching!r}")
-    return [_as_count(b, "each branching factor", 1) for b in branching]
+    return [as_count(b, "each branching factor", 1) for b in branching]
 
 
 def kary_tree(branching: int | Sequence[int], depth: int | None = None) -> Tree:
@@ -156,7 +156,7 @@ def kary_tree(branching: int | Sequence[int], depth: int | None = None) -> Tree:
     >>> len(kary_tree(2, depth=3))
     14
     """
-    factors = _as_branching(branching, depth)
+    factors = as_branching(branching, depth)
     level: list[list[int]] = [[]]
     out: Tree = []
     for b in factors:
