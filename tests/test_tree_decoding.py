@@ -342,6 +342,7 @@ LOSSLESS_RUNS = [
     ("spechub", (2, 2), 1.0),
     ("greedy", (3, 2), 1.0),
     ("kseq", (2, 2), 1.0),
+    ("optimal", (2, 2), 1.0),
 ]
 
 
