@@ -5,7 +5,7 @@ Run: ``python benchmarks/bench_kernels.py [--repeat 20]``. On language-model-lik
 measured in one run (best of ``--repeat``), their ratio and the machine:
 
 * float16 logits of 256 steps to float32: ``astype`` against
-  :func:`otbound.dumps._half.float16_to_float32` (the same bits);
+  :func:`otbound.dumps._float16.float16_to_float32` (the same bits);
 * RRS's rejection rates at ``n = 8``: :func:`otbound.verifiers.rrs.residual_chain` against
   :func:`otbound.verifiers._rejection_kernels.rejection_rates` (the same bits).
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from bench_bounds import best_time, lm_like, pairs_table
 
-from otbound.dumps._half import float16_to_float32
+from otbound.dumps._float16 import float16_to_float32
 from otbound.logits import softmax
 from otbound.verifiers._rejection_kernels import rejection_rates
 from otbound.verifiers.rrs import residual_chain

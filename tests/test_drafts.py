@@ -365,7 +365,7 @@ def test_top_tokens_matches_the_sorted_order_and_the_partition_it_replaced():
     """The compiled pass gives the first ``k`` tokens of the order ``(−q, id)``: against the
     sort of the oracle and the former partition, on rows with ties at every boundary, zeros
     and one-hot rows, every ``k``."""
-    from otbound.drafts.helpers import top_tokens
+    from otbound.drafts.tokens import top_tokens
 
     rng = np.random.default_rng(91)
     checked = 0
@@ -393,7 +393,7 @@ def test_top_tokens_matches_the_sorted_order_and_the_partition_it_replaced():
 def test_top_tokens_beyond_the_buffer_is_the_stable_order():
     """Past :data:`BUFFERED_TOP` tokens ``top_tokens`` sorts: the same order, ties to the
     lower id, on a rising row (the buffer's worst case) and on ties."""
-    from otbound.drafts.helpers import BUFFERED_TOP, top_tokens
+    from otbound.drafts.tokens import BUFFERED_TOP, top_tokens
 
     rising = np.linspace(0.0, 1.0, 300)
     tied = np.round(np.random.default_rng(93).random((2, 300)), 1)
@@ -407,7 +407,7 @@ def test_top_tokens_beyond_the_buffer_is_the_stable_order():
 
 
 def test_top_tokens_refuses_nan_and_k_beyond_the_vocabulary():
-    from otbound.drafts.helpers import top_tokens
+    from otbound.drafts.tokens import top_tokens
 
     with pytest.raises(ValueError, match="NaN"):
         top_tokens(np.array([0.5, np.nan, 0.5]), 2)
@@ -419,7 +419,7 @@ def test_fixed_plus_sampled_closed_form_is_the_numpy_one_bit_for_bit():
     """The compiled closed form of ``greedy`` (fixed drafts plus one sampled) gives the numpy
     lines it replaced, bit for bit: the gap and the certificate, on rows with ties and zeros."""
     from otbound.drafts.fixed import _fixed_plus_sampled
-    from otbound.drafts.helpers import top_tokens
+    from otbound.drafts.tokens import top_tokens
 
     def by_numpy(p, q, fixed):
         rows = np.arange(p.shape[0])[:, None]

@@ -1068,8 +1068,8 @@ def test_writer_refuses_a_directory_that_is_not_a_dump(tmp_path: Path) -> None:
 def test_float16_logits_convert_as_numpy_does_for_every_pattern():
     """All 65,536 float16 bit patterns (zeros, subnormals, normals, infinities, NaNs with
     their payloads) give numpy's float32 bit patterns, in any shape."""
+    from otbound.dumps._float16 import float16_to_float32
     from otbound.dumps._format import from_storage
-    from otbound.dumps._half import float16_to_float32
 
     every = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
     grid = every.reshape(256, 256)[:, ::3]  # not contiguous

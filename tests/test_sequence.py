@@ -31,7 +31,7 @@ from otbound.sequence import (
     token_acceptance,
     tree_acceptance,
 )
-from otbound.sequence._base import positive_part
+from otbound.sequence._protocol import positive_part
 from otbound.sequence.block_bound import _coupling
 
 SUN_P, SUN_Q = [1 / 3, 2 / 3], [2 / 3, 1 / 3]

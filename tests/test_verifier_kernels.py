@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from kernel_cases import coincidence_terms, kernel_cases, numpy_accept_rest
 
-from otbound.drafts.helpers import inverse_cdf
+from otbound.drafts.tokens import inverse_cdf
 from otbound.verifiers import _step_cache as step_cache
 from otbound.verifiers import get_verifier
 from otbound.verifiers import importance as importance_module

@@ -32,7 +32,8 @@ Ties among equally likely tokens (top-k sets, the hub) are broken towards the lo
 
 One module per design (or per family: :mod:`otbound.drafts.fixed`), the base class in
 :mod:`otbound.drafts.base`, the registry in :mod:`otbound.drafts.registry`, and the token
-helpers the designs share with the rest of otbound in :mod:`otbound.drafts.helpers`.
+token orders, draws and tuples the designs share with the rest of otbound in
+:mod:`otbound.drafts.tokens`.
 """
 
 from typing import TYPE_CHECKING
@@ -49,7 +50,10 @@ if TYPE_CHECKING:
     )
     from otbound.drafts.conditional_poisson import ConditionalPoisson
     from otbound.drafts.fixed import Greedy, Hub, TopK
-    from otbound.drafts.helpers import (
+    from otbound.drafts.iid import IID
+    from otbound.drafts.per_slot import PerSlot
+    from otbound.drafts.registry import DESIGNS, designs_where, get_design
+    from otbound.drafts.tokens import (
         inverse_cdf,
         num_tuples,
         prefix_sums,
@@ -57,9 +61,6 @@ if TYPE_CHECKING:
         top_tokens,
         tuples_to_sets,
     )
-    from otbound.drafts.iid import IID
-    from otbound.drafts.per_slot import PerSlot
-    from otbound.drafts.registry import DESIGNS, designs_where, get_design
     from otbound.drafts.without_replacement import WithoutReplacement
 else:
     __getattr__, __dir__ = lazy_exports(
@@ -74,7 +75,7 @@ else:
             ),
             "otbound.drafts.conditional_poisson": ("ConditionalPoisson",),
             "otbound.drafts.fixed": ("Greedy", "Hub", "TopK"),
-            "otbound.drafts.helpers": (
+            "otbound.drafts.tokens": (
                 "inverse_cdf",
                 "num_tuples",
                 "prefix_sums",

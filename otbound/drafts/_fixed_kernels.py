@@ -5,7 +5,7 @@ tokens are read in id order against a buffer of the ``k`` best so far, sorted by
 ``(−q, id)``: a token enters only when its mass exceeds the ``k``-th best (an equal mass has
 a higher id, so it ranks below), and it goes in after every kept mass at least its own. The
 buffer is then the first ``k`` tokens of the stable descending order, the result of
-:func:`otbound.drafts.helpers.top_tokens` (``tests/test_drafts.py`` checks it against the
+:func:`otbound.drafts.tokens.top_tokens` (``tests/test_drafts.py`` checks it against the
 partition-and-sort it replaced). A token that does not enter costs one comparison, one that
 does up to ``k`` moves: for the small ``k`` of the designs (the number of drafts) a row
 costs about one pass, instead of a partition, a tie count and a sort.

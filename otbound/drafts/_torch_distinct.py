@@ -4,7 +4,7 @@ in float64, on validated tensors (B, V); the numpy reference is
 :mod:`otbound.drafts._sequential_mass` and :mod:`otbound.drafts.conditional_poisson`.
 
 Both sort the tokens of each row by ``p/q`` ascending (the numpy key,
-:func:`otbound.drafts.helpers.sweep_key`: ``q = 0`` last, ``log p − log q`` in rows where the
+:func:`otbound.drafts.tokens.sweep_key`: ``q = 0`` last, ``log p − log q`` in rows where the
 ratio leaves the normal range) and take ``α* = 1 + min(0, min_i [p(H_i) − Q(H_i)])`` over the
 prefixes ``H_i``. Every ``Q(H_i)`` enters that minimum through :func:`checked_mass`: clipped
 into ``[0, 1]`` where it is out by rounding, else refused with the numpy sweep's error.

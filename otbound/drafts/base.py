@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from otbound.drafts.helpers import sweep_key, tuples_to_sets
+from otbound.drafts.tokens import sweep_key, tuples_to_sets
 
 if TYPE_CHECKING:
     import torch
@@ -254,5 +254,5 @@ class DraftDesign(ABC):
     # -- torch --------------------------------------------------------------------------------
     def torch_gap(self, p: torch.Tensor, q: torch.Tensor, n: int) -> torch.Tensor:
         """``α* − 1`` per row of validated tensors ``p``, ``q`` (B, V), in torch; designs with
-        :attr:`torch_sweep` implement it (see :mod:`otbound.drafts._torch`)."""
+        :attr:`torch_sweep` implement it (see :mod:`otbound.drafts._torch_closed_forms`)."""
         raise NotImplementedError(f"design {self.name!r} has no torch sweep")

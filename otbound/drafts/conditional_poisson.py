@@ -12,7 +12,7 @@ import numpy as np
 from otbound._checks import clip_rounding
 from otbound.drafts._torch_gaps import conditional_poisson_torch_gap
 from otbound.drafts.base import DraftDesign
-from otbound.drafts.helpers import distinct_rows, product_tuples
+from otbound.drafts.tokens import distinct_rows, product_tuples
 
 __all__ = ["ConditionalPoisson"]
 

@@ -2,7 +2,7 @@ r"""Designs with deterministic drafts: ``greedy`` (top ``n − 1`` tokens, then 
 ``topk`` (the ``n`` most likely tokens) and ``hub`` (SpecHub's pairs around ``argmax q``).
 
 Their optimal acceptance rates have closed forms (``α* = p(T) + Σ_{x∉T} min(p_x, r_x)``), in
-numpy here and in torch in :mod:`otbound.drafts._torch`.
+numpy here and in torch in :mod:`otbound.drafts._torch_closed_forms`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from otbound.drafts.base import DraftDesign
-from otbound.drafts.helpers import inverse_cdf, prefix_probability, sweep_key, top_tokens
+from otbound.drafts.tokens import inverse_cdf, prefix_probability, sweep_key, top_tokens
 
 if TYPE_CHECKING:
     import torch
@@ -73,7 +73,7 @@ class _FixedPlusSampled(DraftDesign):
         return _restricted_prefix_mass(q_sorted, self.fixed_tokens(n), self.name)
 
     def torch_gap(self, p: torch.Tensor, q: torch.Tensor, n: int) -> torch.Tensor:
-        from otbound.drafts._torch import fixed_plus_sampled_gap, top_mask
+        from otbound.drafts._torch_closed_forms import fixed_plus_sampled_gap, top_mask
 
         return fixed_plus_sampled_gap(p, q, top_mask(q, self.fixed_tokens(n)))
 
@@ -139,7 +139,7 @@ class TopK(DraftDesign):
         return mass
 
     def torch_gap(self, p: torch.Tensor, q: torch.Tensor, n: int) -> torch.Tensor:
-        from otbound.drafts._torch import kept_gap, top_mask
+        from otbound.drafts._torch_closed_forms import kept_gap, top_mask
 
         return kept_gap(p, top_mask(q, self.fixed_tokens(n)))
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from otbound.drafts.base import DraftDesign
-from otbound.drafts.helpers import inverse_cdf, prefix_probability, product_tuples
+from otbound.drafts.tokens import inverse_cdf, prefix_probability, product_tuples
 
 if TYPE_CHECKING:
     import torch
@@ -44,6 +44,6 @@ class IID(DraftDesign):
         return iid_bucketed_sweep(p, q, n)
 
     def torch_gap(self, p: torch.Tensor, q: torch.Tensor, n: int) -> torch.Tensor:
-        from otbound.drafts._torch import iid_gap
+        from otbound.drafts._torch_closed_forms import iid_gap
 
         return iid_gap(p, q, n)

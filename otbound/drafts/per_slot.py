@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from otbound.drafts.base import DraftDesign
-from otbound.drafts.helpers import inverse_cdf, prefix_probability, product_tuples, sweep_key
+from otbound.drafts.tokens import inverse_cdf, prefix_probability, product_tuples, sweep_key
 
 __all__ = ["PerSlot"]
 

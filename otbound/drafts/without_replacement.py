@@ -13,7 +13,7 @@ import numpy as np
 
 from otbound.drafts._torch_gaps import without_replacement_torch_gap
 from otbound.drafts.base import DraftDesign
-from otbound.drafts.helpers import distinct_rows, inverse_cdf, product_tuples
+from otbound.drafts.tokens import distinct_rows, inverse_cdf, product_tuples
 
 __all__ = ["WithoutReplacement"]
 

@@ -84,7 +84,7 @@ def from_storage(values: np.ndarray, dtype: str) -> np.ndarray:
         # the same bits either way; the compiled pass is worth loading numba (about 0.6 s)
         # only when an analysis has loaded it already or for a very large array
         if "numba" in sys.modules or np.size(values) >= COMPILED_HALF_SIZE:
-            from otbound.dumps._half import float16_to_float32  # numba
+            from otbound.dumps._float16 import float16_to_float32  # numba
 
             return float16_to_float32(values)
         return np.asarray(values, dtype=np.float32)

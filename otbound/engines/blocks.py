@@ -33,9 +33,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.random import Generator
 
-from otbound.sequence._base import Drafts, Emitted, SequenceVerifier, positive_part
 from otbound.sequence._choices import Chooser, RandomChooser
 from otbound.sequence._models import SequenceModel
+from otbound.sequence._protocol import Drafts, Emitted, SequenceVerifier, positive_part
 
 __all__ = ["AscendBlock", "ChainRule", "VllmBlock"]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from otbound.drafts.helpers import top_tokens
+from otbound.drafts.tokens import top_tokens
 from otbound.engines._base import EngineRule, Processing, Sides, in_unit_interval
 from otbound.verifiers.base import sample_tokens
 

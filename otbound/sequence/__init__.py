@@ -8,7 +8,7 @@ exact, by enumeration (small vocabularies and trees).
 
 Verifiers (:data:`SEQUENCE_VERIFIERS`; exact law, seeded simulation, one-trial ``verify``, as
 the token-level verifiers; the protocol and what *lossless* compares are in
-:mod:`otbound.sequence._base`):
+:mod:`otbound.sequence._protocol`):
 
 * ``token`` - token verification top-down (recursive rejection sampling on trees);
 * ``block`` - block verification on chains (Sun et al., arXiv 2403.10444);
@@ -53,7 +53,6 @@ from typing import TYPE_CHECKING
 from otbound._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from otbound.sequence._base import SequenceSimulation, SequenceVerifier
     from otbound.sequence._models import (
         DRAFTINGS,
         SequenceModel,
@@ -62,6 +61,7 @@ if TYPE_CHECKING:
         rows_model,
         sequence_model,
     )
+    from otbound.sequence._protocol import SequenceSimulation, SequenceVerifier
     from otbound.sequence.block import BlockVerifier, block_verify
     from otbound.sequence.block_acceptance import (
         SEQUENCE_VERIFIERS,
@@ -85,7 +85,7 @@ else:
     __getattr__, __dir__ = lazy_exports(
         __name__,
         {
-            "otbound.sequence._base": ("SequenceSimulation", "SequenceVerifier"),
+            "otbound.sequence._protocol": ("SequenceSimulation", "SequenceVerifier"),
             "otbound.sequence._models": (
                 "DRAFTINGS",
                 "SequenceModel",

@@ -32,9 +32,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from otbound.sequence._base import Drafts, Emitted, SequenceVerifier, positive_part
 from otbound.sequence._choices import Chooser
 from otbound.sequence._models import SequenceModel
+from otbound.sequence._protocol import Drafts, Emitted, SequenceVerifier, positive_part
 
 __all__ = ["BlockVerifier", "block_verify", "sub_block_acceptance"]
 

@@ -12,7 +12,7 @@ grows as ``V^{|tree|}``).
 * :func:`token_acceptance` - token verification's closed form ``Σ_{k=1}^{γ} Π_{d≤k} α_d``;
 * :func:`sequence_law` and :func:`lossless_gap` - the law of the emitted tokens completed by
   fresh target draws, and its total variation from the target's block law (zero iff the
-  verifier is lossless, see :mod:`otbound.sequence._base`).
+  verifier is lossless, see :mod:`otbound.sequence._protocol`).
 
 Anchor (Sun et al. 2025, the motivating example): ``p = (1/3, 2/3)``, ``q = (2/3, 1/3)`` at
 every position, ``γ = 2``: token verification accepts ``10/9`` tokens per iteration, block
@@ -26,8 +26,8 @@ import math
 
 import numpy as np
 
-from otbound.sequence._base import SequenceVerifier
 from otbound.sequence._models import sequence_model
+from otbound.sequence._protocol import SequenceVerifier
 from otbound.sequence.block import BlockVerifier
 from otbound.sequence.multipath import MultiPathVerifier
 from otbound.sequence.token import TokenVerifier
@@ -145,7 +145,7 @@ def sequence_law(
         L(z_{1:D+1}) = \sum_{t=0}^{D} ν_t(z_{1:t+1}) \prod_{d=t+2}^{D+1} p_d(z_d),
 
     with ``ν_t`` the exact law of the emitted tokens with ``τ = t``. Lossless iff ``L`` is the
-    target's block law ``Π_d p_d(z_d)`` (see :mod:`otbound.sequence._base`).
+    target's block law ``Π_d p_d(z_d)`` (see :mod:`otbound.sequence._protocol`).
 
     Returns
     -------

@@ -55,7 +55,7 @@ accepted node ``v`` (depth ``t``) and emitted token ``z``:
     \sum_{t=0}^{D} \sum_{X, v:\ |v| = t,\ \text{path}_X(v) = z_{1:t}} ν(X, v, z_{t+1})
     \prod_{d=t+2}^{D+1} p_d(z_d) = P(z_{1:D+1})
 
-for every ``z`` (the losslessness of :mod:`otbound.sequence._base`). It is at most the
+for every ``z`` (the losslessness of :mod:`otbound.sequence._protocol`). It is at most the
 coupling bound and is attained by block verification on chains (Thomas and Pal;
 tested): on Sun et al.'s example it is ``11/9``, strictly below the coupling bound's ``12/9``.
 """
@@ -69,9 +69,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from otbound.bounds import solve_lp
-from otbound.sequence._base import draw_drafts
 from otbound.sequence._choices import exact_law
 from otbound.sequence._models import SequenceModel, prefix_overlaps, sequence_model
+from otbound.sequence._protocol import draw_drafts
 
 __all__ = [
     "SequenceBound",

@@ -63,9 +63,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from otbound.sequence._base import Drafts, Emitted, SequenceVerifier
 from otbound.sequence._choices import Chooser
 from otbound.sequence._models import Node, SequenceModel
+from otbound.sequence._protocol import Drafts, Emitted, SequenceVerifier
 from otbound.sequence.block import block_verify
 
 __all__ = ["MultiPathVerifier", "paths_tree", "ratio_order", "skewed_row"]

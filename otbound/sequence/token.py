@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from otbound.sequence._base import Drafts, Emitted, SequenceVerifier
 from otbound.sequence._choices import Chooser
 from otbound.sequence._models import SequenceModel
+from otbound.sequence._protocol import Drafts, Emitted, SequenceVerifier
 from otbound.verifiers.base import residual
 
 __all__ = ["TokenVerifier"]

@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from otbound.sequence._base import Drafts, Emitted, SequenceVerifier, positive_part
 from otbound.sequence._choices import Chooser
 from otbound.sequence._models import SequenceModel
+from otbound.sequence._protocol import Drafts, Emitted, SequenceVerifier, positive_part
 
 _Node = tuple[int, ...]
 

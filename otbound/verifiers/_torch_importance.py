@@ -35,7 +35,7 @@ import torch
 
 from otbound._torch_checks import clip_rounding_torch
 from otbound.bounds import LP_SLACK
-from otbound.verifiers._torch_two import single_or_refuse
+from otbound.verifiers._torch_single_draft import single_or_refuse
 from otbound.verifiers.importance import DEFAULT_TOP, stage_weights
 
 __all__ = ["importance_acceptance"]

@@ -54,10 +54,10 @@ from otbound._torch_checks import (
 )
 from otbound.bounds.torch_sweep import TORCH_CHUNK_ELEMENTS
 from otbound.drafts import get_design
-from otbound.drafts._torch import top_mask
+from otbound.drafts._torch_closed_forms import top_mask
 from otbound.selection.torch_levels import level_rule_acceptance_torch
 from otbound.verifiers._torch_importance import importance_acceptance
-from otbound.verifiers._torch_two import single_or_refuse
+from otbound.verifiers._torch_single_draft import single_or_refuse
 from otbound.verifiers.base import acceptance_what
 from otbound.verifiers.batched import BatchAcceptance
 
