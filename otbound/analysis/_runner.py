@@ -355,11 +355,10 @@ def run_analysis(
     dump with fewer than six shards a process is cut into parts of shards, so that the
     processes share the work evenly: :func:`otbound.analysis._parallel.plan_parts`), or on a
     dask.distributed cluster (``dask`` is the scheduler's address; the workers must be able
-    to read the dump at the same path). The
-    rows are the same bit for bit whichever way a run goes: a step's rows depend on the step,
-    the settings and the seed only.
-    Each finished shard's table is saved at once under ``out/shards``; with ``resume=True``
-    the shards finished by an earlier run with the same dump and settings are not redone.
+    to read the dump at the same path). The rows are the same bit for bit whichever way a
+    run goes: a step's rows depend on the step, the settings and the seed only. Each finished
+    shard's table is saved at once under ``out/shards``; with ``resume=True`` the shards
+    finished by an earlier run with the same dump and settings are not redone.
 
     When every shard succeeded, ``out`` gets ``steps.parquet`` (one row per step ×
     temperature × n × design × verifier), ``skipped.csv`` and ``skipped.parquet`` (the cells
@@ -410,6 +409,120 @@ def run_analysis(
     """
     resolve_jobs(jobs, 0, None, config)  # a bad value is refused before anything is written
     out = Path(out)
+    options = _RunOptions(jobs, dask, progress, level, figures, on_shard_done)
+    record, store = _start_run(dump, config, out, resume)
+    plan = _plan_shards(dump, config, store)
+    # the workers first: forked, they must be made before the progress bar's thread starts;
+    # then, on a cold cache, the kernels compiled in this process, before the bar starts
+    compiled = plan.pending_sizes if dask is None else {}
+    with (
+        _local_processes(jobs, dump, config, plan.pending_sizes, dask, figures) as workers,
+        kernels_compiled(dump, compiled, config, announce=progress, one_thread=workers is not None),
+        _progress_bar(plan, progress) as bar,
+    ):
+        found = _analyse_pending(dump, config, plan, options, workers, bar)
+        found.save_each(store, out / RUN_FILE, record, options, bar)
+        bar.close()
+        result = plan.result(out, found)
+        if result.failures:
+            write_json(out / RUN_FILE, {**record, "complete": False, "failures": result.failures})
+            return result
+        cells = _write_outputs(store, plan.shards, result, level, figures, workers, found.known)
+    write_json(out / RUN_FILE, _complete_record(record, result, cells))
+    return result
+
+
+@dataclass(frozen=True)
+class _RunOptions:
+    """How :func:`run_analysis` runs (its keywords), as the steps below take them."""
+
+    jobs: Jobs
+    dask: str | None
+    progress: bool
+    level: float
+    figures: bool
+    on_shard_done: Callable[[str], None] | None
+
+
+@dataclass(frozen=True)
+class _ShardPlan:
+    """The shards a run analyses (with ``max_steps``, those before it), how many steps each,
+    and which are finished already (a resumed run's)."""
+
+    sizes: tuple[int, ...]
+    shards: list[ShardInfo]
+    done: dict[str, dict[str, Any] | None]
+
+    @property
+    def pending(self) -> list[int]:
+        """The dump indices of the shards left to analyse."""
+        return [info.index for info in self.shards if self.done[info.id] is None]
+
+    @property
+    def pending_sizes(self) -> dict[int, int]:
+        return {i: self.sizes[i] for i in self.pending}
+
+    @property
+    def finished_steps(self) -> int:
+        return sum(r["steps"] for r in self.done.values() if r)
+
+    def result(self, out: Path, found: _Outcomes) -> RunResult:
+        """The run's result from the finished shards' bad steps and this run's outcomes."""
+        skipped = [np.asarray(r["skipped"], dtype=np.int64) for r in self.done.values() if r]
+        skipped += found.skipped
+        return RunResult(
+            out=out,
+            steps=sum(self.sizes),
+            skipped=np.sort(np.concatenate(skipped)) if skipped else np.zeros(0, dtype=np.int64),
+            failures=dict(sorted(found.failures.items())),
+            resumed=len(self.shards) - len(self.pending),
+        )
+
+
+@dataclass
+class _Outcomes:
+    """The shards' outcomes as they come in: each saved at once, or its failure noted."""
+
+    outcomes: Generator[tuple[int, ShardOutcome | Exception], None, None]
+    dump: Dump
+    failures: dict[str, str] = field(default_factory=dict)
+    known: dict[str, _ShardSums] = field(default_factory=dict)  # the summary's sums
+    skipped: list[np.ndarray] = field(default_factory=list)
+
+    def save_each(
+        self,
+        store: _ShardStore,
+        run_file: Path,
+        record: dict[str, Any],
+        options: _RunOptions,
+        bar: tqdm,
+    ) -> None:
+        """Save each shard's table as it comes; a bad shard (a :class:`DumpError`) is noted
+        and the others go on, any other error stops the run (:func:`_bug`)."""
+        try:
+            for index, outcome in self.outcomes:
+                info = self.dump.shards[index]
+                if isinstance(outcome, DumpError):  # a bad shard: the others go on
+                    self.failures[info.id] = _describe(outcome)
+                    continue
+                if isinstance(outcome, Exception):  # a bug: stop (the workers are shut down)
+                    raise _bug(outcome, info.id, run_file, record)
+                store.save(outcome)
+                self.known[info.id] = _shard_sums(outcome.rows)
+                self.skipped.append(outcome.skipped)
+                if options.dask is not None:
+                    bar.update(outcome.steps)
+                if options.on_shard_done is not None:
+                    options.on_shard_done(info.id)
+        finally:  # on any error too: no more parts, and this process's threads restored
+            self.outcomes.close()
+
+
+def _start_run(
+    dump: Dump, config: AnalysisConfig, out: Path, resume: bool
+) -> tuple[dict[str, Any], _ShardStore]:
+    """``run.json``'s record of the run (marked incomplete, written) and its shard store;
+    a resume refused where the earlier run differs, the earlier results cleared otherwise."""
     out.mkdir(parents=True, exist_ok=True)
     record: dict[str, Any] = {
         "otbound": _version(),
@@ -431,92 +544,67 @@ def run_analysis(
             with contextlib.suppress(FileNotFoundError):
                 (out / name).unlink()
     write_json(out / RUN_FILE, {**record, "complete": False})
+    return record, store
 
+
+def _plan_shards(dump: Dump, config: AnalysisConfig, store: _ShardStore) -> _ShardPlan:
+    """The shards to analyse and those the store holds finished for this run."""
     sizes = config.steps_per_shard([info.num_steps for info in dump.shards])
     shards = [  # with max_steps, the shards past it are left out
         info for info, k in zip(dump.shards, sizes, strict=True) if k or info.num_steps == 0
     ]
-    done = {info.id: store.marker(info.id) for info in shards}
-    pending = [info.index for info in shards if done[info.id] is None]
-    skipped = [np.asarray(r["skipped"], dtype=np.int64) for r in done.values() if r]
-    failures: dict[str, str] = {}
-    known: dict[str, _ShardSums] = {}  # the summary's sums of the shards analysed here
-    finished_steps = sum(r["steps"] for r in done.values() if r)
-    pending_sizes = {i: sizes[i] for i in pending}
-    # the workers first: forked, they must be made before the progress bar's thread starts;
-    # then, on a cold cache, the kernels compiled in this process, before the bar starts
-    with (
-        _local_processes(jobs, dump, config, pending_sizes, dask, figures) as workers,
-        kernels_compiled(
-            dump,
-            pending_sizes if dask is None else {},
-            config,
-            announce=progress,
-            one_thread=workers is not None,
-        ),
-        tqdm(
-            total=sum(sizes),
-            initial=finished_steps,
-            unit="step",
-            desc="bounds",
-            disable=not progress,
-            file=sys.stderr,
-            dynamic_ncols=True,
-        ) as bar,
-    ):
-        if dask is not None:
-            outcomes = _on_dask(dump, pending, config, dask)
-        elif workers is not None:
-            parts = plan_parts(pending_sizes, workers.jobs)
-            outcomes = workers.analyse(analyse_shard, dump, parts, config, bar.update)
-        else:
-            outcomes = _in_process(dump, pending, config, bar)
-        try:
-            for index, outcome in outcomes:
-                info = dump.shards[index]
-                if isinstance(outcome, DumpError):  # a bad shard: the others go on
-                    failures[info.id] = _describe(outcome)
-                    continue
-                if isinstance(outcome, Exception):  # a bug: stop (the workers are shut down)
-                    raise _bug(outcome, info.id, out / RUN_FILE, record)
-                store.save(outcome)
-                known[info.id] = _shard_sums(outcome.rows)
-                skipped.append(outcome.skipped)
-                if dask is not None:
-                    bar.update(outcome.steps)
-                if on_shard_done is not None:
-                    on_shard_done(info.id)
-        finally:  # on any error too: no more parts, and this process's threads restored
-            outcomes.close()
-        bar.close()
-        result = RunResult(
-            out=out,
-            steps=sum(sizes),
-            skipped=np.sort(np.concatenate(skipped)) if skipped else np.zeros(0, dtype=np.int64),
-            failures=dict(sorted(failures.items())),
-            resumed=len(shards) - len(pending),
-        )
-        if failures:
-            write_json(out / RUN_FILE, {**record, "complete": False, "failures": result.failures})
-            return result
-        cells = _write_outputs(store, shards, result, level, figures, workers, known)
-    write_json(
-        out / RUN_FILE,
-        {
-            **record,
-            "complete": True,
-            "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "steps": result.steps,
-            "skipped_steps": result.skipped.tolist(),
-            "skipped_cells": {
-                "cells": result.cells,
-                "skipped": len(cells),
-                "by_reason": cells["reason"].value_counts().to_dict(),
-            },
-            "files": [p.name for p in result.files],
-        },
+    return _ShardPlan(sizes, shards, {info.id: store.marker(info.id) for info in shards})
+
+
+def _progress_bar(plan: _ShardPlan, progress: bool) -> tqdm:
+    """The bar over the run's steps (on stderr), starting at those finished already."""
+    return tqdm(
+        total=sum(plan.sizes),
+        initial=plan.finished_steps,
+        unit="step",
+        desc="bounds",
+        disable=not progress,
+        file=sys.stderr,
+        dynamic_ncols=True,
     )
-    return result
+
+
+def _analyse_pending(
+    dump: Dump,
+    config: AnalysisConfig,
+    plan: _ShardPlan,
+    options: _RunOptions,
+    workers: LocalProcesses | None,
+    bar: tqdm,
+) -> _Outcomes:
+    """The pending shards' outcomes, as they finish: on dask, on the local workers, or here."""
+    if options.dask is not None:
+        outcomes = _on_dask(dump, plan.pending, config, options.dask)
+    elif workers is not None:
+        parts = plan_parts(plan.pending_sizes, workers.jobs)
+        outcomes = workers.analyse(analyse_shard, dump, parts, config, bar.update)
+    else:
+        outcomes = _in_process(dump, plan.pending, config, bar)
+    return _Outcomes(outcomes, dump)
+
+
+def _complete_record(
+    record: dict[str, Any], result: RunResult, cells: pd.DataFrame
+) -> dict[str, Any]:
+    """``run.json``'s record of a completed run: what was done, the skipped cells by reason."""
+    return {
+        **record,
+        "complete": True,
+        "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "steps": result.steps,
+        "skipped_steps": result.skipped.tolist(),
+        "skipped_cells": {
+            "cells": result.cells,
+            "skipped": len(cells),
+            "by_reason": cells["reason"].value_counts().to_dict(),
+        },
+        "files": [p.name for p in result.files],
+    }
 
 
 @contextlib.contextmanager
