@@ -211,6 +211,29 @@ def test_batched_and_unbatched_logging_agree(family: str, models: dict, tmp_path
     np.testing.assert_allclose(d1, d4, rtol=0, atol=1e-5)
 
 
+def test_a_config_object_logs_what_its_keywords_log(models: dict, tmp_path: Path) -> None:
+    """``config=CaptureConfig(...)`` is the keywords at once: the same rows and settings; both
+    at once are refused."""
+    pair = models["llama"]
+    prompts = [capture.Prompt(i, tuple(ids)) for i, ids in enumerate(PROMPT_IDS[:3])]
+    settings = {"max_new_tokens": 3, "batch_size": 2, "seed": 5, "top_p": 0.9}
+    by_keywords = capture.log_distributions(
+        pair["target"], pair["draft"], prompts, tmp_path / "keywords", progress=False, **settings
+    )
+    config = capture.CaptureConfig(progress=False, **settings)
+    by_config = capture.log_distributions(
+        pair["target"], pair["draft"], prompts, tmp_path / "config", config=config
+    )
+    (t1, d1, m1), (t2, d2, m2) = dump_rows(by_keywords), dump_rows(by_config)
+    assert m1.equals(m2) and np.array_equal(t1, t2) and np.array_equal(d1, d2)
+    generation = [open_dump(p).manifest["extra"]["generation"] for p in (by_keywords, by_config)]
+    assert generation[0] == generation[1] and generation[0]["top_p"] == 0.9
+    with pytest.raises(capture.CaptureError, match="keywords or as config, not both"):
+        capture.log_distributions(
+            pair["target"], pair["draft"], prompts, tmp_path / "both", config=config, seed=1
+        )
+
+
 class _no_warning:
     def __enter__(self) -> None:
         return None

@@ -27,12 +27,12 @@ size, architecture, quantisation and ``general.name``: :func:`gguf_source`). Pro
 token ids, text, chats (``messages``) or MT-bench questions (``turns``); ``chat_template=True``
 puts them in the tokenizer's chat template, as instruct models are used.
 
-:func:`log_distributions` does the whole run. Its parts can be used alone: prompts
-(:func:`read_prompts`), models and tokenizers (:func:`load_model`, :func:`load_tokenizer`),
-the shared vocabulary (:func:`plan_vocabulary`), sampling and forward passes
-(:func:`generate_continuations`, :func:`teacher_forced_logits`, :func:`aligned_logits`; the
-model-call helpers of :mod:`otbound.capture.calls`, which tree decoding shares) and
-resuming (:func:`dump_progress`, :func:`check_resumable`), GGUF headers
+:func:`log_distributions` does the whole run (its settings: :class:`CaptureConfig`). Its parts
+can be used alone: prompts (:func:`read_prompts`), models and tokenizers (:func:`load_model`,
+:func:`load_tokenizer`), the shared vocabulary (:func:`plan_vocabulary`), sampling and
+forward passes (:func:`generate_continuations`, :func:`teacher_forced_logits`,
+:func:`aligned_logits`; the model-call helpers of :mod:`otbound.capture.calls`, which tree
+decoding shares) and resuming (:func:`dump_progress`, :func:`check_resumable`), GGUF headers
 (:func:`read_gguf_header`, :func:`check_gguf`, :func:`gguf_record`). Every refusal is a
 :class:`CaptureError` with a one-line message; a model file or pair that cannot be used at all
 (a truncated or corrupt GGUF file, an architecture transformers cannot load, vocabularies that
@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 from otbound._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from otbound.capture._config import CaptureConfig
     from otbound.capture._errors import CaptureError, ModelFileError, out_of_memory_guard
     from otbound.capture._generate import (
         AlignedSteps,
@@ -117,6 +118,7 @@ else:
     __getattr__, __dir__ = lazy_exports(
         __name__,
         {
+            "otbound.capture._config": ("CaptureConfig",),
             "otbound.capture._errors": ("CaptureError", "ModelFileError", "out_of_memory_guard"),
             "otbound.capture._generate": (
                 "AlignedSteps",
@@ -203,6 +205,7 @@ __all__ = [
     "TOKENIZER_FILES",
     "TRUNCATION_SIDES",
     "AlignedSteps",
+    "CaptureConfig",
     "CaptureError",
     "DumpProgress",
     "GGUFHeader",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
+from otbound.capture._config import CAPTURE_KEYWORDS, CaptureConfig
 from otbound.capture._errors import CaptureError, check_limits, out_of_memory_guard
 from otbound.capture._generate import aligned_logits, generate_continuations, prompt_generator
 from otbound.capture._manifest import build_extra
@@ -37,9 +39,9 @@ from otbound.capture.calls import model_device
 from otbound.dumps import DumpWriter
 
 
-def _as_model(model: Any, dtype: str, device: Any, trust_remote_code: bool) -> Any:
+def _as_model(model: Any, config: CaptureConfig) -> Any:
     if isinstance(model, (str, Path)):
-        return load_model(model, dtype, device, trust_remote_code=trust_remote_code)
+        return load_model(model, **config.model_options)
     return model
 
 
@@ -151,8 +153,12 @@ def log_distributions(
     progress: bool = True,
     trust_remote_code: bool = False,
     extra: Mapping[str, Any] | None = None,
+    config: CaptureConfig | None = None,
 ) -> Path:
     """Log aligned target and draft next-token logits over sampled continuations to a dump.
+
+    The keywords are the fields of :class:`CaptureConfig`, documented there; ``config``
+    gives them all at once.
 
     Parameters
     ----------
@@ -163,49 +169,10 @@ def log_distributions(
         A prompt file (see :func:`read_prompts`) or prompts already read.
     out : str or pathlib.Path
         The dump directory (created; must be empty, or hold a dump when ``resume``).
-    tokenizer : str, pathlib.Path or tokenizer, optional
-        Needed for text prompts; cuts the vocabulary to its length. Default: the target's
-        directory when it holds tokenizer files, or its GGUF file's tokenizer.
-    draft_tokenizer : tokenizer, optional
-        The draft's own tokenizer, checked against ``tokenizer``. Default, for a draft given
-        as a path: its directory's or GGUF file's tokenizer, when it has one.
-    max_new_tokens : int, default 128
-        Continuation length (shorter when the generator samples an end-of-sequence token).
-    temperature, top_p : float
-        Sampling of the continuation (``temperature = 0``: greedy). The logged logits are raw.
-    generator : {"target", "draft"}, default "target"
-        The model whose samples form the text.
-    batch_size : int, default 8
-        Prompts run at once (left-padded).
-    store : str, default "full"
-        ``"full"`` rows or ``"topk:K"``.
-    storage_dtype : {"float16", "bfloat16", "float32"}, optional
-        Default: the models' dtype for full rows (lossless), float32 for top-k.
-    shard_steps : int, optional
-        Steps per shard; default: up to 1024, and about 256 MiB of logits.
-    seed : int, default 0
-        Each prompt's sampling is seeded from ``(seed, prompt_id)``.
-    stop_at_eos : bool, default True
-        Stop a continuation at the end-of-sequence token(s) the generator's config or the
-        tokenizer define (the EOS step is logged).
-    dtype : {"float32", "float16", "bfloat16"}, default "float32"
-        Model dtype, for models given as paths.
-    device : str or torch.device, optional
-        For models given as paths; default ``cuda`` when present, else ``cpu``.
-    max_prompts, max_prompt_tokens, truncation_side, add_special_tokens, chat_template
-        Passed to :func:`read_prompts` for a prompt file (``truncation_side="left"`` keeps a
-        long prompt's last tokens; ``chat_template=True`` puts text and chat prompts in the
-        tokenizer's chat template, as instruct models are used).
-    prompt_source : mapping, optional
-        How prompts given as objects were made (recorded; ``sha256`` is checked on resume).
-    resume : bool, default False
-        Continue the dump at ``out``: prompts already complete are skipped, a prompt cut by
-        the interruption is regenerated (same seed, same text) and its missing steps appended.
-    progress : bool, default True
-        Show a progress bar (on a terminal).
-    trust_remote_code : bool, default False
-    extra : mapping, optional
-        Recorded in the manifest's ``extra["user"]``.
+    tokenizer, draft_tokenizer, max_new_tokens, ..., extra
+        The settings (:class:`CaptureConfig`).
+    config : CaptureConfig, optional
+        The settings as one object; then no other keyword may be given.
 
     Returns
     -------
@@ -221,49 +188,37 @@ def log_distributions(
         corrupt GGUF file, an architecture transformers cannot load, or a draft whose
         vocabulary differs from the target's.
     """
-    out = Path(out)
-    options = {
-        "max_prompts": max_prompts,
-        "max_prompt_tokens": max_prompt_tokens,
-        "truncation_side": truncation_side,
-        "add_special_tokens": add_special_tokens,
-        "chat_template": bool(chat_template),
-    }
-    check_limits(max_prompts=max_prompts, max_prompt_tokens=max_prompt_tokens)
-    if isinstance(target, (str, Path)):
-        dtype_name = dtype
-    else:
-        dtype_name = model_dtype_name(target)
-    settings = check_settings(
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        generator=generator,
-        batch_size=batch_size,
-        store=store,
-        storage_dtype=storage_dtype,
-        shard_steps=shard_steps,
-        seed=seed,
-        model_dtype=dtype_name,
-        stop_at_eos=stop_at_eos,
+    arguments = dict(locals())  # the parameters, before any other name is bound
+    given = CaptureConfig(**{k: v for k, v in arguments.items() if k in CAPTURE_KEYWORDS})
+    if config is None:
+        config = given
+    elif given != CaptureConfig():
+        raise CaptureError("give the settings as keywords or as config, not both")
+    return _log(target, draft, prompts, Path(out), config)
+
+
+def _log(target: Any, draft: Any, prompts: Any, out: Path, config: CaptureConfig) -> Path:
+    """:func:`log_distributions`: the settings checked, the tokenizers, prompts and models
+    loaded and checked against each other, then the prompts logged batch by batch."""
+    check_limits(max_prompts=config.max_prompts, max_prompt_tokens=config.max_prompt_tokens)
+    model_dtype = config.dtype if isinstance(target, (str, Path)) else model_dtype_name(target)
+    settings = check_settings(config, model_dtype)
+    previous = existing_dump(out, config.resume)
+    draft_tokenizer = _as_draft_tokenizer(config.draft_tokenizer, draft, config.tokenizer, target)
+    tokenizer = _as_tokenizer(config.tokenizer, target)
+    prompt_list, prompt_info = _prompt_list(
+        prompts, tokenizer, config.prompt_options, config.prompt_source
     )
-    previous = existing_dump(out, resume)
-    draft_tokenizer = _as_draft_tokenizer(draft_tokenizer, draft, tokenizer, target)
-    tokenizer = _as_tokenizer(tokenizer, target)
-    prompt_list, prompt_info = _prompt_list(prompts, tokenizer, options, prompt_source)
     models = {
-        "target": _as_model(target, dtype, device, trust_remote_code),
-        "draft": _as_model(draft, dtype, device, trust_remote_code),
+        "target": _as_model(target, config),
+        "draft": _as_model(draft, config),
     }
-    if model_device(models["target"]) != model_device(models["draft"]):
-        raise CaptureError("the target and the draft must be on the same device")
-    vocab = plan_vocabulary(models["target"], models["draft"], tokenizer, draft_tokenizer)
-    if settings.topk is not None and settings.topk > vocab.size:
-        raise CaptureError(f"store topk:{settings.topk} exceeds the vocabulary ({vocab.size})")
+    vocab = _shared_vocabulary(models, tokenizer, draft_tokenizer, settings)
     check_prompts(prompt_list, vocab, models, settings.max_new_tokens)
     gen_model = models[settings.generator]
-    eos = [t for t in eos_token_ids(gen_model, tokenizer) if t < vocab.size] if stop_at_eos else []
-    steps_per_shard = shard_steps or auto_shard_steps(
+    eos = eos_token_ids(gen_model, tokenizer) if settings.stop_at_eos else []
+    eos = [t for t in eos if t < vocab.size]
+    steps_per_shard = config.shard_steps or auto_shard_steps(
         vocab.size, settings.storage_dtype, settings.topk
     )
     record = build_extra(
@@ -272,34 +227,59 @@ def log_distributions(
         tokenizer=tokenizer,
         vocab=vocab,
         settings=settings,
-        store=store,
+        store=config.store,
         shard_steps=steps_per_shard,
         prompts=prompt_info,
         eos=eos,
         device=model_device(gen_model),
-        extra=extra,
+        extra=config.extra,
     )
     state = DumpProgress(0, {}, frozenset(), {})
     if previous is not None:
         check_resumable(previous, record, out)
         state = dump_progress(out)
     todo = [p for p in prompt_list if p.id not in state.finished]
-
-    def open_writer() -> DumpWriter:
-        return DumpWriter(
-            out,
-            target_model=record["target"]["name"],
-            draft_model=record["draft"]["name"],
-            tokenizer=None if tokenizer is None else record["tokenizer"]["name"],
-            vocab_size=vocab.size,
-            tokenizer_vocab_size=vocab.tokenizer_length,
-            dtype=settings.storage_dtype,
-            storage=store,
-            extra=record,
-            resume=previous is not None,
-        )
-
-    buffer = ShardBuffer(open_writer, steps_per_shard)
-    _run_batches(todo, models, settings, vocab, eos, state, buffer, progress)
+    writer = _DumpOpener(out, record, tokenizer is not None, vocab, config.store, previous)
+    buffer = ShardBuffer(writer.open, steps_per_shard)
+    _run_batches(todo, models, settings, vocab, eos, state, buffer, config.progress)
     buffer.finish()
     return out
+
+
+def _shared_vocabulary(
+    models: Mapping[str, Any], tokenizer: Any, draft_tokenizer: Any, settings: CaptureSettings
+) -> Vocabulary:
+    """The vocabulary both models share, the models on one device and a top-k within it."""
+    if model_device(models["target"]) != model_device(models["draft"]):
+        raise CaptureError("the target and the draft must be on the same device")
+    vocab = plan_vocabulary(models["target"], models["draft"], tokenizer, draft_tokenizer)
+    if settings.topk is not None and settings.topk > vocab.size:
+        raise CaptureError(f"store topk:{settings.topk} exceeds the vocabulary ({vocab.size})")
+    return vocab
+
+
+@dataclass(frozen=True)
+class _DumpOpener:
+    """Opens the dump's writer when the first shard is full (a resumed dump is continued)."""
+
+    out: Path
+    record: Mapping[str, Any]
+    named_tokenizer: bool
+    vocab: Vocabulary
+    store: str
+    previous: Mapping[str, Any] | None
+
+    def open(self) -> DumpWriter:
+        record = self.record
+        return DumpWriter(
+            self.out,
+            target_model=record["target"]["name"],
+            draft_model=record["draft"]["name"],
+            tokenizer=record["tokenizer"]["name"] if self.named_tokenizer else None,
+            vocab_size=self.vocab.size,
+            tokenizer_vocab_size=self.vocab.tokenizer_length,
+            dtype=record["storage_dtype"],
+            storage=self.store,
+            extra=dict(record),
+            resume=self.previous is not None,
+        )

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from otbound.capture._config import CaptureConfig
 from otbound.capture._errors import CaptureError, check_limits
 from otbound.capture._models import context_length
 from otbound.capture._prompts import Prompt
@@ -33,33 +34,26 @@ class CaptureSettings:
     stop_at_eos: bool
 
 
-def check_settings(
-    *,
-    max_new_tokens: int,
-    temperature: float,
-    top_p: float,
-    generator: str,
-    batch_size: int,
-    store: str,
-    storage_dtype: str | None,
-    shard_steps: int | None,
-    seed: int,
-    model_dtype: str,
-    stop_at_eos: bool,
-) -> CaptureSettings:
-    check_limits(max_new_tokens=max_new_tokens, batch_size=batch_size, shard_steps=shard_steps)
-    if not temperature >= 0 or not np.isfinite(temperature):
-        raise CaptureError(f"temperature must be >= 0, got {temperature}")
-    if not 0 < top_p <= 1:
-        raise CaptureError(f"top_p must be in (0, 1], got {top_p}")
-    if generator not in GENERATORS:
-        raise CaptureError(f"generator must be 'target' or 'draft', got {generator!r}")
-    if seed < 0:
-        raise CaptureError(f"seed must be >= 0, got {seed}")
+def check_settings(config: CaptureConfig, model_dtype: str) -> CaptureSettings:
+    """The settings of a capture, checked (one :class:`CaptureError` naming the first bad
+    one); ``model_dtype`` is the storage dtype of full rows unless ``config`` names one."""
+    c = config
+    check_limits(
+        max_new_tokens=c.max_new_tokens, batch_size=c.batch_size, shard_steps=c.shard_steps
+    )
+    if not c.temperature >= 0 or not np.isfinite(c.temperature):
+        raise CaptureError(f"temperature must be >= 0, got {c.temperature}")
+    if not 0 < c.top_p <= 1:
+        raise CaptureError(f"top_p must be in (0, 1], got {c.top_p}")
+    if c.generator not in GENERATORS:
+        raise CaptureError(f"generator must be 'target' or 'draft', got {c.generator!r}")
+    if c.seed < 0:
+        raise CaptureError(f"seed must be >= 0, got {c.seed}")
     try:
-        topk = parse_storage(store, "store")
+        topk = parse_storage(c.store, "store")
     except DumpError as exc:
         raise CaptureError(str(exc)) from None
+    storage_dtype = c.storage_dtype
     if storage_dtype is None:
         storage_dtype = "float32" if topk is not None else model_dtype
     if storage_dtype not in STORAGE_DTYPES:
@@ -69,15 +63,15 @@ def check_settings(
     if topk is not None and storage_dtype != "float32":
         raise CaptureError(f"top-k storage needs storage_dtype float32, got {storage_dtype}")
     return CaptureSettings(
-        max_new_tokens,
-        float(temperature),
-        float(top_p),
-        generator,
-        batch_size,
+        c.max_new_tokens,
+        float(c.temperature),
+        float(c.top_p),
+        c.generator,
+        c.batch_size,
         topk,
         storage_dtype,
-        int(seed),
-        stop_at_eos,
+        int(c.seed),
+        c.stop_at_eos,
     )
 
 
