@@ -259,3 +259,15 @@ def test_methods_and_their_messages():
     big = np.full(151_936, 1 / 151_936)
     assert OptimalTransport().applies(big, big, 4)
     assert not OptimalTransport(method="lp").applies(big, big, 4)
+
+
+def test_one_draft_is_single_draft_sampling_trial_for_trial():
+    """With one draft the rule selects it, spending no randomness, and the test is ``single``'s:
+    the same random numbers give the same tokens (tree decoding's runs coincide on chains)."""
+    rng = np.random.default_rng(12)
+    p, q = rng.dirichlet(np.ones(40)), rng.dirichlet(np.ones(40))
+    drafts = rng.choice(40, size=500, p=q)
+    optimal, single = OptimalTransport(), ob.get_verifier("single")
+    ours = [optimal.verify([d], p, q, seed)[0] for seed, d in enumerate(drafts)]
+    theirs = [single.verify([d], p, q, seed)[0] for seed, d in enumerate(drafts)]
+    assert ours == theirs

@@ -111,6 +111,10 @@ class SelectionRule:
     target: np.ndarray
     rest_cdf: np.ndarray
 
+    def residual(self) -> np.ndarray:
+        """``(p − r)⁺ / ‖(p − r)⁺‖₁``: where a rejected selection's replacement is drawn."""
+        return residual(self.target, self.selection)
+
     def acceptance(self) -> float:
         """``Σ min(p, r)``: the chance the selected draft passes its test."""
         return float(np.minimum(self.target, self.selection).sum())

@@ -218,8 +218,12 @@ class OptimalTransport(BaseVerifier):
     def _verify_one(
         self, drafts: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator
     ) -> int:
-        if self.uses_levels(len(drafts)):
-            return int(self.rule(p, q, len(drafts)).verify(drafts[None, :], rng)[0])
+        if self.uses_levels(len(drafts)):  # select, then single-draft sampling (as ``single``)
+            rule = self.rule(p, q, len(drafts))
+            z = int(rule.select(drafts[None, :], rng)[0])
+            if rng.random() < min(1.0, p[z] / rule.selection[z]):
+                return z
+            return int(sample_tokens(rule.residual(), rng.random()))
         plan = self.plan(p, q, len(drafts))
         row = int(plan.lookup(drafts[None, :], p.size)[0])  # the set S of the drafts
         u = rng.random()
