@@ -293,11 +293,19 @@ def check_lossless(
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
     trials = as_trials(trials)
     step, n = _validate_step(verifier, p, q, n)
-    p_arr = step.p
     tokens, _ = _run(verifier, step, n, trials, seed)
-    vocab = p_arr.size
     if not np.issubdtype(tokens.dtype, np.integer):
         raise ValueError(f"{_name(verifier)} returned non-integer tokens ({tokens.dtype})")
+    return _goodness_of_fit(tokens, step.p, significance, confidence)
+
+
+def _goodness_of_fit(
+    tokens: np.ndarray, p: np.ndarray, significance: float, confidence: float
+) -> LosslessResult:
+    """:func:`check_lossless`'s test of the output ``tokens`` against ``p``: a failure at
+    once for a token outside the vocabulary or with ``p = 0``, else the pooled chi-square
+    test and the total-variation bounds."""
+    trials, vocab = tokens.size, p.size
     outside = (tokens < 0) | (tokens >= vocab)
     if np.any(outside):
         bad = int(tokens[outside][0])
@@ -305,9 +313,8 @@ def check_lossless(
             f"token {bad} is outside the vocabulary [0, {vocab})", trials, significance, confidence
         )
     counts = np.bincount(tokens, minlength=vocab).astype(np.float64)
-    freq = counts / trials
-    tv = 0.5 * float(np.abs(freq - p_arr).sum())
-    impossible = (p_arr <= 0) & (counts > 0)
+    tv = 0.5 * float(np.abs(counts / trials - p).sum())
+    impossible = (p <= 0) & (counts > 0)
     if np.any(impossible):
         bad = int(np.flatnonzero(impossible)[0])
         return _failed(
@@ -317,12 +324,8 @@ def check_lossless(
             confidence,
             tv=tv,
         )
-    live = np.flatnonzero(p_arr > 0)
-    expected_tok = trials * p_arr[live]
-    bin_of = _pooled_bins(expected_tok, MIN_EXPECTED)
-    bins = int(bin_of.max()) + 1
-    observed = np.bincount(bin_of, weights=counts[live], minlength=bins)
-    expected = np.bincount(bin_of, weights=expected_tok, minlength=bins)
+    observed, expected = _pooled_counts(counts, p, trials)
+    bins = observed.size
     statistic = float(np.sum((observed - expected) ** 2 / expected))
     dof = bins - 1
     from scipy.special import chdtrc  # chi-square survival (scipy.stats: 0.3 s more to import)
@@ -353,6 +356,18 @@ def check_lossless(
         expected=expected,
         message=message,
     )
+
+
+def _pooled_counts(counts: np.ndarray, p: np.ndarray, trials: int) -> tuple[np.ndarray, np.ndarray]:
+    """Observed and expected counts of the pooled bins (:func:`_pooled_bins`) of the tokens
+    with ``p > 0``."""
+    live = np.flatnonzero(p > 0)
+    expected_tok = trials * p[live]
+    bin_of = _pooled_bins(expected_tok, MIN_EXPECTED)
+    bins = int(bin_of.max()) + 1
+    observed = np.bincount(bin_of, weights=counts[live], minlength=bins)
+    expected = np.bincount(bin_of, weights=expected_tok, minlength=bins)
+    return observed, expected
 
 
 def _failed(
@@ -578,27 +593,19 @@ def compare(
     One row per (step, n, verifier) with
 
     * ``acceptance``: exact (``exact=True``, ``ci_low = ci_high = acceptance``, ``stderr = 0``)
-      when the verifier's ``acceptance`` gives a value, else an estimate (``exact=False``) with
-      its standard error ``stderr``: for a shipped verifier with a Rao-Blackwellised value
-      (:meth:`otbound.verifiers.BaseVerifier.estimate`: ``rrs_without_replacement``,
-      ``importance``) the mean of the exact acceptance probabilities given each trial's sampled
-      part, with the betting interval of those values at ``level`` (:meth:`otbound.verifiers.
-      base.Estimate.ci`: valid at any sample size); otherwise the 0/1 Monte Carlo rate with a
-      Wilson interval at ``level``;
+      when the verifier's ``acceptance`` gives a value, else an estimate (``exact=False``)
+      with its ``stderr`` and an interval at ``level``: Rao-Blackwellised with a betting
+      interval where a shipped verifier has one, else 0/1 Monte Carlo with a Wilson interval
+      (:meth:`otbound.verifiers.BaseVerifier.estimate`);
     * ``alpha_star``: ``α*`` of the verifier's design (:func:`otbound.optimal_acceptance`);
     * ``gap = alpha_star − acceptance`` and ``ratio = acceptance / alpha_star``;
 
-    plus one row per (step, n, design) with ``verifier="bound"`` and ``acceptance = α*``
-    (``exact`` tells whether the sweep is exact for the design).
+    plus a ``verifier="bound"`` row per (step, n, design): ``acceptance = α*`` (``exact``:
+    whether the design's sweep is exact).
 
-    Cells that do not apply get **no row**, and each is recorded with its reason
-    (:func:`skipped_cells` reads the record from ``table.attrs["skipped"]``): ``spechub`` (and
-    the ``hub`` bound) at ``n ≠ 2``; distinct-draft designs with ``n`` above the support of
-    ``q`` (or the vocabulary); designs with one draft distribution per slot (``per_slot``),
-    which need a ``q`` of shape ``(n, V)``; a verifier outside its own limits (``optimal``
-    above ``V^n > 200,000`` draft tuples); a verifier without an exact acceptance when
-    ``trials=0``. Nothing else is skipped: an error of the bound (a NaN in a sweep, a failed
-    check) or of a verifier is raised.
+    Cells that do not apply (``spechub`` at ``n ≠ 2``, ``n`` above the support of ``q``, ...)
+    get **no row**; :func:`skipped_cells` lists them with the reason. Nothing else is
+    skipped: an error of the bound or of a verifier is raised.
 
     Parameters
     ----------
@@ -610,44 +617,35 @@ def compare(
         Designs to add ``"bound"`` rows for; default: the designs of the verifiers.
     trials : int, default 100_000
         Monte Carlo trials for verifiers without an exact acceptance (with ``target_se``, the
-        most a step may use); ``0`` runs no Monte Carlo, and such (step, n, verifier)
-        combinations get no row.
+        most a step may use); ``0``: no Monte Carlo, and such cells get no row.
     seed : int, default 0
         Each Monte Carlo run gets its own seed derived from ``(seed, step, n, verifier)``.
     level : float, default 0.95
         Confidence level of the Monte Carlo intervals.
     step_ids : array_like of int, shape (steps,), optional
-        Ids for the steps (default ``0 .. steps − 1``): the ``step`` column and the Monte Carlo
-        seeds use them, so a step analysed in any batch gets the same row.
+        Ids for the steps (default ``0 .. steps − 1``), in the ``step`` column and the seeds:
+        a step analysed in any batch gets the same row.
     bound : Solver or callable, optional
-        A :class:`otbound.bounds.solvers.Solver` (the function and the designs it serves;
-        e.g. :data:`otbound.bounds.torch_sweep.TORCH_SWEEP` on a GPU), or a callable
-        ``bound(p, q, n, design)`` → ``α*`` per row, serving every design (or those of its
-        ``designs`` attribute). The designs it does not serve use the built-in sweep
-        (default, :func:`otbound.optimal_acceptance`), which serves every ``n`` of a
-        ``without_replacement`` or ``conditional_poisson`` design from one sort.
+        A :class:`otbound.bounds.solvers.Solver` (e.g.
+        :data:`otbound.bounds.torch_sweep.TORCH_SWEEP` on a GPU), or a callable
+        ``bound(p, q, n, design)`` → ``α*`` per row (for every design, or those of its
+        ``designs`` attribute); the others use :func:`otbound.optimal_acceptance` (default).
     target_se : float, optional
-        Size each Monte Carlo row for this standard error (two-stage: a pilot estimates the
-        per-trial deviation, then a fresh sample of ``clip(⌈1.25 s² / target_se²⌉, m_0,
-        trials)`` trials gives the row; ``m_0`` is 256 for Rao-Blackwellised values, whose
-        pilot has 64 trials (256 where it does not show the row clearly narrow), and 1,000
-        for 0/1 events, whose pilot has as many;
+        Size each Monte Carlo row for this standard error (a pilot, then a fresh sample of
+        ``clip(⌈1.25 s² / target_se²⌉, m_0, trials)`` trials:
         :meth:`otbound.verifiers.BaseVerifier.estimate`); default: exactly ``trials`` trials.
     acceptance : BatchAcceptance, optional
         Exact acceptance for whole batches of steps
-        (:class:`otbound.verifiers.batched.BatchAcceptance`; e.g.
-        :func:`otbound.verifiers.torch_acceptance.torch_acceptance_on` ``("cuda")``): each
-        shipped verifier and ``n`` it serves is computed by one call on the steps where the
-        design applies, giving the same rows (``exact=True``); other verifiers, ``n`` and
-        verifier objects that are not the shipped classes go step by step as without it.
+        (:class:`otbound.verifiers.batched.BatchAcceptance`, e.g.
+        :func:`otbound.verifiers.torch_acceptance.torch_acceptance_on` ``("cuda")``) for the
+        shipped verifiers and ``n`` it serves (the same rows); the others go step by step.
 
     Returns
     -------
     pandas.DataFrame
         Columns ``step, n, design, verifier, acceptance, ci_low, ci_high, exact, alpha_star,
-        gap, ratio, trials, stderr`` (``trials`` and ``stderr`` are 0 for exact rows; ``trials``
-        counts the trials averaged); ``attrs["skipped"]`` records the cells without a row
-        (:func:`skipped_cells`).
+        gap, ratio, trials, stderr`` (0 trials for exact rows); ``attrs["skipped"]`` records
+        the cells without a row (:func:`skipped_cells`).
 
     Raises
     ------
@@ -666,82 +664,172 @@ def compare(
        bound    iid        0.89        0.89
        bound greedy        0.95        0.95
     """
-    ns = _as_n_list(n)
-    trials = 0 if isinstance(trials, numbers.Integral) and trials == 0 else as_trials(trials)
-    if not (0.0 < level < 1.0):
-        raise ValueError(f"level must be in (0, 1), got {level!r}")
-    if target_se is not None and (
-        isinstance(target_se, bool)
-        or not isinstance(target_se, numbers.Real)
-        or not (0.0 < float(target_se) < math.inf)
-    ):
-        raise ValueError(f"target_se must be a number > 0, got {target_se!r}")
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    settings = _CompareSettings.checked(n, trials, level, target_se, seed)
+    objs = _verifier_objects(verifiers)
+    solver = as_solver(bound)
+    batch, ids = _validated_steps(p, q, step_ids)
+    grid = _grid(objs, designs, settings.ns, batch, solver)
+    plan = _RunPlan(ids, settings.trials, settings.seed, settings.target_se)
+    rows, skipped = _verifier_cells(objs, grid, batch, plan, settings, acceptance)
+    _bound_cells(grid, ids, settings.ns, rows, skipped)
+    return _compare_frame(rows, skipped)
+
+
+@dataclass(frozen=True)
+class _CompareSettings:
+    """:func:`compare`'s numbers, checked: the numbers of drafts, the trial cap (0: no Monte
+    Carlo), the confidence level, the target standard error and the base seed."""
+
+    ns: list[int]
+    trials: int
+    level: float
+    target_se: float | None
+    seed: int
+
+    @classmethod
+    def checked(
+        cls, n: object, trials: object, level: float, target_se: object, seed: object
+    ) -> _CompareSettings:
+        """The settings, or a ``ValueError`` naming the first bad one."""
+        ns = _as_n_list(n)
+        cap = 0 if isinstance(trials, numbers.Integral) and trials == 0 else as_trials(trials)
+        if not (0.0 < level < 1.0):
+            raise ValueError(f"level must be in (0, 1), got {level!r}")
+        if target_se is not None and (
+            isinstance(target_se, bool)
+            or not isinstance(target_se, numbers.Real)
+            or not (0.0 < float(target_se) < math.inf)
+        ):
+            raise ValueError(f"target_se must be a number > 0, got {target_se!r}")
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        return cls(ns, cap, level, target_se, int(seed))  # type: ignore[arg-type]
+
+
+def _verifier_objects(verifiers: Iterable[object] | str) -> list[Any]:
+    """The verifiers (names looked up), each checked for the verifier protocol."""
     if isinstance(verifiers, str):
         verifiers = [verifiers]
     objs = [get_verifier(v) for v in verifiers]
     for v in objs:
         _require_protocol(v, "compare")
-    solver = as_solver(bound)
-    batch = Step.validate(p, q)  # the one validation of p and q: everything below trusts it
-    if batch is not p:  # its own copies: read-only, so that the verifiers know the rows by object
+    return objs
+
+
+def _validated_steps(p: object, q: object, step_ids: object) -> tuple[Step, np.ndarray]:
+    """``p`` and ``q`` validated once (everything after trusts them; the copies made here are
+    frozen, so that the verifiers know the rows by object) and the steps' ids."""
+    batch = Step.validate(p, q)
+    if batch is not p:
         batch.freeze()
-    p2, q2, _ = batch.flat
-    steps = p2.shape[0]
+    steps = batch.flat[0].shape[0]
     ids = np.arange(steps, dtype=np.int64) if step_ids is None else np.asarray(step_ids)
     if ids.shape != (steps,) or not np.issubdtype(ids.dtype, np.integer):
         raise ValueError(
             f"step_ids must be {steps} integers (one per step), got shape {ids.shape} of "
             f"{ids.dtype}"
         )
+    return batch, ids
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """The cells of a :func:`compare` table: the design of each verifier, the designs with
+    ``"bound"`` rows, why each ``(n, design)`` cannot be drawn at each step (``""``: it can)
+    and ``α*`` per step (NaN where it cannot)."""
+
+    verifier_designs: list[str]
+    bound_designs: list[str]
+    why: dict[tuple[int, str], np.ndarray]
+    alpha_star: dict[tuple[int, str], np.ndarray]
+
+
+def _grid(
+    objs: list[Any],
+    designs: Iterable[str] | str | None,
+    ns: list[int],
+    batch: Step,
+    solver: Solver,
+) -> _Grid:
+    """The table's cells and ``α*`` of every ``(n, design)`` on the steps where it applies."""
     vdesigns = [_design_name(v) for v in objs]
     if designs is None:
         bound_designs = list(dict.fromkeys(vdesigns))
     else:
-        bound_designs = [
-            get_design(d).name for d in ([designs] if isinstance(designs, str) else designs)
-        ]
+        named = [designs] if isinstance(designs, str) else designs
+        bound_designs = [get_design(d).name for d in named]
     designs_all = list(dict.fromkeys(vdesigns + bound_designs))
+    q2 = batch.flat[1]
     why = {(k, d): _unusable_steps(d, q2, k) for k in ns for d in designs_all}
     applies = {key: reasons == "" for key, reasons in why.items()}
     star_designs = [d for d in designs_all if not get_design(d).slot_axis]
     table = _alpha_star_table(batch, ns, star_designs, solver, applies)
-    rows: list[dict[str, object]] = []
-    skipped: list[tuple[int, int, str, str, str]] = []
+    return _Grid(vdesigns, bound_designs, why, table)
+
+
+#: A skipped cell: step id, n, design, verifier, reason.
+_Skipped = tuple[int, int, str, str, str]
+
+
+def _verifier_cells(
+    objs: list[Any],
+    grid: _Grid,
+    batch: Step,
+    plan: _RunPlan,
+    settings: _CompareSettings,
+    acceptance: BatchAcceptance | None,
+) -> tuple[list[dict[str, object]], list[_Skipped]]:
+    """Each verifier's row at each ``n`` and step, or its skipped cell: from one batch call
+    where ``acceptance`` serves it, else step by step (:func:`_step_values`)."""
+    ns, ids, why, level = settings.ns, plan.ids, grid.why, settings.level
+    pairs = list(enumerate(zip(objs, grid.verifier_designs, strict=True)))
     exacts = {
         (k, vi): _batch_exact(acceptance, v, k, batch, why[k, d])
         for k in ns
-        for vi, (v, d) in enumerate(zip(objs, vdesigns, strict=True))
+        for vi, (v, d) in pairs
     }
-    plan = _RunPlan(ids, trials, seed, target_se)
-    known = _step_values(objs, vdesigns, ns, batch, why, exacts, plan)
+    known = _step_values(objs, grid.verifier_designs, ns, batch, why, exacts, plan)
+    rows: list[dict[str, object]] = []
+    skipped: list[_Skipped] = []
     for k in ns:
-        for vi, (v, d) in enumerate(zip(objs, vdesigns, strict=True)):
+        for vi, (v, d) in pairs:
             exact = exacts[k, vi]
-            for step in range(steps):
+            for step in range(batch.rows):
+                star = float(grid.alpha_star[k, d][step])
                 if why[k, d][step] or exact is None:
                     cell = why[k, d][step] or _verifier_row(
-                        v, d, batch.row(step), k, int(ids[step]), float(table[k, d][step]),
-                        plan, vi, level, known.get((vi, step)),
+                        v, d, batch.row(step), k, int(ids[step]), star, plan, vi, level,
+                        known.get((vi, step)),
                     )  # fmt: skip
                 else:
-                    star = float(table[k, d][step])
                     cell = _row(v, d, k, int(ids[step]), star, _exact(float(exact[step])), level)
                 if isinstance(cell, dict):
                     rows.append(cell)
                 else:
                     skipped.append((int(ids[step]), k, d, _name(v), cell))
-        for d in bound_designs:
+    return rows, skipped
+
+
+def _bound_cells(
+    grid: _Grid,
+    ids: np.ndarray,
+    ns: list[int],
+    rows: list[dict[str, object]],
+    skipped: list[_Skipped],
+) -> None:
+    """The ``"bound"`` row of each design, ``n`` and step (``acceptance = α*``), or its
+    skipped cell, added to ``rows`` and ``skipped``."""
+    for k in ns:
+        for d in grid.bound_designs:
             exact = get_design(d).exact_sweep
-            for step in range(steps):
-                if why[k, d][step]:
-                    skipped.append((int(ids[step]), k, d, "bound", why[k, d][step]))
+            for step, step_id in enumerate(ids.tolist()):
+                if grid.why[k, d][step]:
+                    skipped.append((step_id, k, d, "bound", grid.why[k, d][step]))
                     continue
-                star = float(table[k, d][step])
+                star = float(grid.alpha_star[k, d][step])
                 rows.append(
                     {
-                        "step": int(ids[step]),
+                        "step": step_id,
                         "n": k,
                         "design": d,
                         "verifier": "bound",
@@ -756,6 +844,11 @@ def compare(
                         "stderr": 0.0,
                     }
                 )
+
+
+def _compare_frame(rows: list[dict[str, object]], skipped: list[_Skipped]) -> pd.DataFrame:
+    """The table of :func:`compare`: by step, then ``n``, the bound rows last; the skipped
+    cells recorded in ``attrs["skipped"]``."""
     frame = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
     frame = frame.astype({"step": "int64", "n": "int64", "exact": "bool", "trials": "int64"})
     order = {"bound": 1}

@@ -10,7 +10,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from otbound._checks import as_distribution_pair, broadcast_batch, clip_rounding
-from otbound.drafts import get_design
+from otbound.drafts import DraftDesign, get_design
 from otbound.drafts import top_tokens as _top_tokens
 from otbound.trees._shapes import as_count
 from otbound.verifiers.base import BaseVerifier, as_trials, sample_drafts
@@ -176,30 +176,21 @@ def positional_acceptance(
 
     How each verifier is computed (``method="auto"``):
 
-    * ``single``, ``rrs``, ``rrs_without_replacement``, ``topk`` (:data:`EXACT_POSITIONAL`):
-      exact differences ``a_{k−1} = α(k) − α(k−1)`` of the verifier's exact ``acceptance``.
-      Valid because the ``n``-draft procedure restricted to its first ``k`` drafts is the
-      ``k``-draft procedure (the first ``k`` of ``n`` i.i.d. or sequential drafts are the
-      ``k``-draft design; drafts are tried in order; ``single`` looks at the first draft only),
-      so ``α(k) − α(k−1) = P(Y = x_k, Y ∉ x_{<k})``; the vector does not depend on ``width``.
-      Where the exact acceptance is unavailable (``rrs_without_replacement`` with
-      ``V^k > 200,000`` at ``k ≥ 3``) that step falls back to Monte Carlo.
-    * Verifiers on the ``greedy`` design (``greedy``, ``optimal(design="greedy")``) and the
-      ``topk`` design: the first slots hold fixed tokens ``T_i`` (the most likely under ``q``),
-      and a lossless verifier outputs ``Y ~ p``, so ``a_i = p(T_i)`` for those slots and the
-      sampled last slot of ``greedy`` gets ``α(width) − p(T)``. Exact, but width-dependent.
-    * ``kseq`` and ``spechub``: the verifier's own closed form, ``positional(p, q, width)``,
-      ``O(width · V)``. ``kseq``'s slack ``ρ*`` depends on ``n = width``, so differences of
-      ``α`` do not apply; summing over the token ``y`` of the first match at draft ``k + 1``
-      (the first ``k`` drafts rejected and ``≠ y``, then ``y`` accepted there or later),
-      ``a_k = Σ_y s_y^k t_y (1 + d_y Σ_{i=0}^{n−k−2} m^i)`` with ``t_y = min(q_y, p_y/ρ*)``,
-      ``d_y = q_y − t_y``, ``m = Σ d = 1 − β(ρ*)``, ``s_y = m − d_y``. ``spechub``
-      (``width = 2``): ``a_0 = q_a p_a + (1 − q_a) M``, ``a_1 = q_a M + (1 − q_a) p_a`` with
-      the hub ``a`` and ``α* = p_a + M``. Exact and width-dependent.
+    * :data:`EXACT_POSITIONAL` (``single``, ``rrs``, ``rrs_without_replacement``, ``topk``):
+      exact differences ``a_{k−1} = α(k) − α(k−1)`` of the exact ``acceptance``, valid because
+      the ``n``-draft procedure restricted to its first ``k`` drafts is the ``k``-draft one
+      (so ``α(k) − α(k−1) = P(Y = x_k, Y ∉ x_{<k})``, whatever ``width``); a step whose exact
+      acceptance is unavailable (``rrs_without_replacement``, ``V^k > 200,000``) falls back to
+      Monte Carlo.
+    * The ``greedy`` and ``topk`` designs: slot ``i`` holds a fixed token ``T_i`` (the most
+      likely under ``q``) and a lossless verifier outputs ``Y ~ p``, so ``a_i = p(T_i)``;
+      ``greedy``'s sampled last slot gets ``α(width) − p(T)``. Exact, width-dependent.
+    * ``kseq`` and ``spechub``: their own closed forms, ``O(width · V)``
+      (:meth:`~otbound.verifiers.kseq.KSequential.positional`,
+      :meth:`~otbound.verifiers.spechub.SpecHub.positional`). Exact, width-dependent.
     * All others (``importance``, ``gls``, ``optimal``; any verifier object): Monte Carlo with
-      ``width`` drafts, ``trials`` trials per step, from ``verifier.simulate`` (its
-      :class:`~otbound.SimulationResult` carries the drafts), or from ``verify`` on drafts drawn
-      by the design. Width-dependent: the vector describes nodes with ``width`` children.
+      ``width`` drafts, ``trials`` trials per step, from ``simulate``'s drafts (a
+      :class:`~otbound.SimulationResult`) or ``verify`` on drafts drawn by the design.
       At ``width = 1`` every verifier with an exact ``acceptance`` is exact: ``a_0 = α(1)``.
 
     Parameters
@@ -243,72 +234,109 @@ def positional_acceptance(
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     widths, per_depth = _as_widths(width)
-    v = get_verifier(verifier)
-    if not hasattr(v, "design"):
-        raise TypeError(
-            f"positional_acceptance needs a verifier with a 'design'; got {type(v).__name__}"
-        )
-    spec = get_design(v.design)
-    p_arr, q_arr = as_distribution_pair(p, q, q_min_ndim=2 if spec.slot_axis else 1)
-    p2, q2, _ = broadcast_batch(p_arr, q_arr, 1 if spec.slot_axis else 0)
-    steps = p2.shape[0]
-    top = max(widths)
-    values: dict[int, np.ndarray] = {}
-    variances: dict[int, np.ndarray] = {}
-    used = {"exact": 0, "monte_carlo": 0}
-    for w in dict.fromkeys(widths):
-        fixed_n = getattr(v, "fixed_n", None)
-        if fixed_n is not None and w != fixed_n:
-            raise ValueError(
-                f"verifier {getattr(v, 'name', type(v).__name__)!r} is defined for n={fixed_n} "
-                f"only, got width {w}"
+    run = _PositionalRun.of(verifier, method, trials, int(seed))
+    slot_axis = run.design.slot_axis
+    p_arr, q_arr = as_distribution_pair(p, q, q_min_ndim=2 if slot_axis else 1)
+    p2, q2, _ = broadcast_batch(p_arr, q_arr, 1 if slot_axis else 0)
+    by_width = {w: run.over_steps(p2, q2, w) for w in dict.fromkeys(widths)}
+    return run.result(by_width, widths, per_depth, p2.shape[0])
+
+
+@dataclass(frozen=True)
+class _WidthMeans:
+    """The positional vector at one width, averaged over the steps: its variance (Monte Carlo
+    steps only) and how many steps were exact and simulated."""
+
+    mean: np.ndarray
+    variance: np.ndarray
+    exact: int
+    simulated: int
+
+
+@dataclass(frozen=True)
+class _PositionalRun:
+    """How :func:`positional_acceptance` computes: the verifier and its design, the method,
+    the Monte Carlo trials per step and width, the base seed."""
+
+    verifier: object
+    design: DraftDesign
+    method: str
+    trials: int
+    seed: int
+
+    @classmethod
+    def of(cls, verifier: object, method: str, trials: int, seed: int) -> _PositionalRun:
+        v = get_verifier(verifier)
+        if not hasattr(v, "design"):
+            raise TypeError(
+                f"positional_acceptance needs a verifier with a 'design'; got {type(v).__name__}"
             )
-        spec.check(q2, w)
-        path = None if method == "monte_carlo" else _exact_path(v, w)
-        if method == "exact" and path is None:
+        return cls(v, get_design(v.design), method, trials, seed)
+
+    @property
+    def name(self) -> str:
+        return str(getattr(self.verifier, "name", type(self.verifier).__name__))
+
+    def exact_path(self, q2: np.ndarray, width: int) -> str | None:
+        """The exact path at ``width`` (None: Monte Carlo), the width checked first."""
+        fixed_n = getattr(self.verifier, "fixed_n", None)
+        if fixed_n is not None and width != fixed_n:
             raise ValueError(
-                f"verifier {getattr(v, 'name', type(v).__name__)!r} (design {spec.name!r}) has "
-                f"no exact positional vector at width {w}; use method='auto' or 'monte_carlo'"
+                f"verifier {self.name!r} is defined for n={fixed_n} only, got width {width}"
             )
-        total = np.zeros(w)
-        var = np.zeros(w)
+        self.design.check(q2, width)
+        path = None if self.method == "monte_carlo" else _exact_path(self.verifier, width)
+        if self.method == "exact" and path is None:
+            raise ValueError(
+                f"verifier {self.name!r} (design {self.design.name!r}) has no exact positional "
+                f"vector at width {width}; use method='auto' or 'monte_carlo'"
+            )
+        return path
+
+    def over_steps(self, p2: np.ndarray, q2: np.ndarray, width: int) -> _WidthMeans:
+        """The vector at ``width``, each step exact where it can be, else simulated with the
+        seed ``SeedSequence(seed, spawn_key=(step, width))``."""
+        path = self.exact_path(q2, width)
+        steps = p2.shape[0]
+        total, var = np.zeros(width), np.zeros(width)
+        simulated = 0
         for s in range(steps):
-            vec = _exact_step(v, path, p2[s], q2[s], w) if path else None
+            vec = _exact_step(self.verifier, path, p2[s], q2[s], width) if path else None  # type: ignore[arg-type]
             if vec is None:
-                if method == "exact":
+                if self.method == "exact":
                     raise ValueError(
-                        f"the exact acceptance of {v.name!r} is unavailable at step {s} "
-                        f"(width {w}); use method='auto'"
+                        f"the exact acceptance of {self.name!r} is unavailable at step {s} "
+                        f"(width {width}); use method='auto'"
                     )
-                step_seed = np.random.SeedSequence(seed, spawn_key=(s, w))
-                vec = _monte_carlo_step(v, p2[s], q2[s], w, trials, step_seed)
-                var += vec * (1.0 - vec) / trials
-                used["monte_carlo"] += 1
-            else:
-                used["exact"] += 1
+                step_seed = np.random.SeedSequence(self.seed, spawn_key=(s, width))
+                vec = _monte_carlo_step(self.verifier, p2[s], q2[s], width, self.trials, step_seed)
+                var += vec * (1.0 - vec) / self.trials
+                simulated += 1
             total += vec
-        values[w] = total / steps
-        variances[w] = var / steps**2
-    if per_depth:
-        out = np.zeros((len(widths), top))
-        err = np.zeros((len(widths), top))
-        for d, w in enumerate(widths):
-            out[d, :w] = values[w]
-            err[d, :w] = np.sqrt(variances[w])
-    else:
-        out, err = values[widths[0]], np.sqrt(variances[widths[0]])
-    kind = (
-        "mixed"
-        if used["exact"] and used["monte_carlo"]
-        else ("monte_carlo" if used["monte_carlo"] else "exact")
-    )
-    return PositionalAcceptance(
-        values=out,
-        stderr=err,
-        method=kind,
-        verifier=str(getattr(v, "name", type(v).__name__)),
-        design=spec.name,
-        width=tuple(widths) if per_depth else widths[0],
-        steps=steps,
-        trials=trials if used["monte_carlo"] else 0,
-    )
+        return _WidthMeans(total / steps, var / steps**2, steps - simulated, simulated)
+
+    def result(
+        self, by_width: dict[int, _WidthMeans], widths: list[int], per_depth: bool, steps: int
+    ) -> PositionalAcceptance:
+        """The vectors of every width, a row per depth when ``per_depth`` (zero-padded)."""
+        if per_depth:
+            out = np.zeros((len(widths), max(widths)))
+            err = np.zeros((len(widths), max(widths)))
+            for d, w in enumerate(widths):
+                out[d, :w] = by_width[w].mean
+                err[d, :w] = np.sqrt(by_width[w].variance)
+        else:
+            out, err = by_width[widths[0]].mean, np.sqrt(by_width[widths[0]].variance)
+        exact = sum(m.exact for m in by_width.values())
+        simulated = sum(m.simulated for m in by_width.values())
+        kind = "mixed" if exact and simulated else ("monte_carlo" if simulated else "exact")
+        return PositionalAcceptance(
+            values=out,
+            stderr=err,
+            method=kind,
+            verifier=self.name,
+            design=self.design.name,
+            width=tuple(widths) if per_depth else widths[0],
+            steps=steps,
+            trials=self.trials if simulated else 0,
+        )
