@@ -92,17 +92,10 @@ def optimal_acceptance_torch(
 
         α^* = 1 + \min_{H ⊆ V} \bigl[p(H) − Q(H)\bigr]
 
-    ``iid`` (``Q(H) = q(H)^n``): sort the tokens of each row by ``p/q`` ascending (tokens
-    with ``q = 0`` last, tokens with ``p = 0 < q`` first) and, with ``H_i`` the first ``i``,
-    ``α* = 1 + min(0, min_i [p(H_i) − q(H_i)^n])``. Closed forms, with ``T_k`` the ``k`` most
-    likely tokens of ``q`` (ties to the lower token id):
-
-    * ``topk``: ``α* = p(T_n)``;
-    * ``greedy``: ``α* = p(T) + Σ_{x∉T} min(p_x, r_x)``, ``T = T_{n−1}``,
-      ``r = q 1[x∉T] / q(V \ T)``;
-    * ``hub`` (``n = 2``, ``a = argmax q``): ``α* = p_a + Σ_{i≠a} min(p_i, q_i/(1−q_a))``.
-
-    The values equal :func:`otbound.optimal_acceptance`'s to rounding (1e-9 in float64).
+    computed per design as the module says (a sort by ``p/q`` for ``iid``, closed forms for
+    ``topk``, ``greedy`` and ``hub``, scans of the elementary symmetric sums and of the clock
+    integral for the distinct designs). The values equal :func:`otbound.optimal_acceptance`'s
+    to rounding (1e-9 in float64).
 
     Parameters
     ----------
@@ -136,26 +129,19 @@ def optimal_acceptance_torch(
     Raises
     ------
     ValueError
-        Non-numeric input; NaN, infinite or negative entries; rows that do not sum to one
-        within 1e-6 (unless ``normalize``); rows of zeros; different vocabulary sizes or
-        batch shapes that do not broadcast; ``n < 1``; ``n > V`` for ``greedy``/``topk``/
-        ``hub``; ``n`` larger than the support of ``q`` for ``greedy``/``hub`` (distinct
-        drafts); ``n != 2`` for ``hub``; an unknown design (the message names the valid ones);
-        a NaN in some ``p(H) − Q(H)``, or a ``Q(H)`` or ``α*`` outside ``[0, 1]`` by more than
-        rounding (a bug, refused with the numpy sweep's words: the tolerance
-        :func:`otbound._torch_checks.rounding_tolerance` of ``dtype``, 1e-12 in float64).
+        What the numpy sweep refuses, in its words: non-numeric, NaN, infinite or negative
+        entries; rows that do not sum to one within 1e-6 (unless ``normalize``); shapes that
+        do not broadcast; an ``n`` the design cannot draw; an unknown design; a NaN in some
+        ``p(H) − Q(H)``, or a ``Q(H)`` or ``α*`` outside ``[0, 1]`` by more than rounding
+        (:func:`otbound._torch_checks.rounding_tolerance` of ``dtype``, 1e-12 in float64).
 
     Notes
     -----
-    Cost per row: one sort, ``O(V log V)``, for ``iid``; ``O(V)`` (a ``topk`` of ``n``
-    values) for the closed forms; a sort and ``O(nV)`` for ``conditional_poisson``, in about
-    ``3 L + (n + 2) log2(V/L)`` tensor operations for a whole chunk of rows (``L = 64``; a
-    GPU's kernel launches); for ``without_replacement`` with ``n ≥ 3`` (``n ≤ 2``: closed
-    forms) a block sweep (:mod:`otbound.drafts._torch_block_sweep`): ``O(V R)`` power sums,
-    ``O(nodes · V/256 · n R)`` for the products of blocks of 256 tokens (about 150-300
-    nodes, ``R = 18``), then the tokens of the blocks not folded and of the few candidate
-    blocks. Validation reads a few scalars back to the host; ``chunk_elements`` larger than
-    the default (``2^25`` on a GPU) takes more rows per chunk, so fewer launches a row.
+    Cost per row: one sort, ``O(V log V)``, for ``iid``; ``O(V)`` for the closed forms; a
+    sort and ``O(nV)`` in about ``3 L + (n + 2) log2(V/L)`` tensor operations a chunk for
+    ``conditional_poisson`` (``L = 64``); for ``without_replacement`` at ``n ≥ 3`` the block
+    sweep of :mod:`otbound.drafts._torch_block_sweep`. A ``chunk_elements`` above the
+    default (``2^25`` on a GPU) takes more rows per chunk, so fewer kernel launches a row.
 
     Examples
     --------

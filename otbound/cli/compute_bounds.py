@@ -73,6 +73,27 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="an otbound dump directory or a .safetensors/.npz/.npy/.pt file "
         f"(default: the sample, {SAMPLE_DUMP})",
     )
+    _add_computed_options(parser)
+    _add_run_options(parser)
+    _add_single_file_options(parser.add_argument_group("single-file dumps"))
+    parser.add_argument(
+        "--chunk-steps", type=int, default=256, help="steps processed at once (memory)"
+    )
+    parser.add_argument(
+        "--device",
+        default=None,
+        help="compute with torch on this device (cuda, cuda:1, cpu; needs otbound[torch]), in "
+        "float64: α* of every design but per_slot, and the exact acceptance of single, rrs, "
+        "rrs_without_replacement (n <= 2), kseq, spechub, greedy, topk and gls, a batch of "
+        "steps at a time; the rest with numpy (default: everything with numpy)",
+    )
+    parser.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar and no table")
+    return parser
+
+
+def _add_computed_options(parser: argparse.ArgumentParser) -> None:
+    """What a run computes: drafts, designs, verifiers, processing, Monte Carlo, steps."""
     ints, floats, names = list_option(int, "--n"), list_option(float, "--temperature"), str
     parser.add_argument("--n", type=ints, default=list(DEFAULT_N), help="numbers of drafts")
     parser.add_argument(
@@ -113,6 +134,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         metavar="N",
         help="analyse only the dump's first N steps (a quick look; default: all)",
     )
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    """Where the results go, how the run is spread, resumed, and what it does with bad rows."""
     parser.add_argument("--out", default="out/bounds", help="output directory")
     parser.add_argument(
         "--jobs",
@@ -139,7 +164,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         action="store_true",
         help="when the two vocabularies differ, cut both to the smaller one (with a warning)",
     )
-    group = parser.add_argument_group("single-file dumps")
+
+
+def _add_single_file_options(group: argparse._ArgumentGroup) -> None:
+    """How a single file (``.safetensors``, ``.npz``, ``.npy``, ``.pt``) is read."""
     group.add_argument("--target-key", default=None, help="name of the target's array")
     group.add_argument("--draft-key", default=None, help="name of the draft's array")
     group.add_argument(
@@ -159,20 +187,6 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         default=1024,
         help="split a single file into shards of this many steps",
     )
-    parser.add_argument(
-        "--chunk-steps", type=int, default=256, help="steps processed at once (memory)"
-    )
-    parser.add_argument(
-        "--device",
-        default=None,
-        help="compute with torch on this device (cuda, cuda:1, cpu; needs otbound[torch]), in "
-        "float64: α* of every design but per_slot, and the exact acceptance of single, rrs, "
-        "rrs_without_replacement (n <= 2), kseq, spechub, greedy, topk and gls, a batch of "
-        "steps at a time; the rest with numpy (default: everything with numpy)",
-    )
-    parser.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar and no table")
-    return parser
 
 
 def _jobs(text: str) -> int | str:

@@ -33,6 +33,38 @@ def _kary_tokens(rates: Sequence[float]) -> float:
     return total
 
 
+def _check_table(table: object) -> None:
+    """A per-step table with the columns the prediction reads, or a ``ValueError``."""
+    if not isinstance(table, pd.DataFrame):
+        raise ValueError(f"table must be a pandas DataFrame, got {type(table).__name__}")
+    needed = ("n", "design", "verifier", "acceptance", "alpha_star")
+    missing = [c for c in needed if c not in table.columns]
+    if missing:
+        raise ValueError(
+            f"table lacks the column(s) {', '.join(missing)}; expected the output of "
+            "otbound.compare or a steps.parquet table"
+        )
+
+
+def _tree_specs(trees: object) -> list[tuple[str, list[int]]]:
+    """Each tree's name and per-depth branching factors (named ``2x2x2`` by default)."""
+    if isinstance(trees, Mapping):
+        items = list(trees.items())
+    elif isinstance(trees, str | bytes) or not isinstance(trees, Iterable):
+        raise ValueError(f"trees must be a mapping or a list of branching lists, got {trees!r}")
+    else:
+        items = [(None, t) for t in trees]
+    specs: list[tuple[str, list[int]]] = []
+    for name, t in items:
+        if isinstance(t, numbers.Integral):
+            raise ValueError(
+                f"each tree is a list of per-depth branching factors (e.g. [2, 2, 2]), got {t!r}"
+            )
+        factors = as_branching(t)
+        specs.append((str(name) if name is not None else "x".join(map(str, factors)), factors))
+    return specs
+
+
 def predict_tokens_per_call(table: pd.DataFrame, trees: object) -> pd.DataFrame:
     r"""Tokens per target call of k-ary draft trees for every verifier of a per-step table.
 
@@ -80,29 +112,8 @@ def predict_tokens_per_call(table: pd.DataFrame, trees: object) -> pd.DataFrame:
     2    bound   chain           2.1900                 2.1900
     3    bound  binary           2.6821                 2.6821
     """
-    if not isinstance(table, pd.DataFrame):
-        raise ValueError(f"table must be a pandas DataFrame, got {type(table).__name__}")
-    needed = ("n", "design", "verifier", "acceptance", "alpha_star")
-    missing = [c for c in needed if c not in table.columns]
-    if missing:
-        raise ValueError(
-            f"table lacks the column(s) {', '.join(missing)}; expected the output of "
-            "otbound.compare or a steps.parquet table"
-        )
-    if isinstance(trees, Mapping):
-        items = list(trees.items())
-    elif isinstance(trees, str | bytes) or not isinstance(trees, Iterable):
-        raise ValueError(f"trees must be a mapping or a list of branching lists, got {trees!r}")
-    else:
-        items = [(None, t) for t in trees]
-    specs: list[tuple[str, list[int]]] = []
-    for name, t in items:
-        if isinstance(t, numbers.Integral):
-            raise ValueError(
-                f"each tree is a list of per-depth branching factors (e.g. [2, 2, 2]), got {t!r}"
-            )
-        factors = as_branching(t)
-        specs.append((str(name) if name is not None else "x".join(map(str, factors)), factors))
+    _check_table(table)
+    specs = _tree_specs(trees)
     keys = [c for c in ("temperature", "design", "verifier") if c in table.columns]
     clean = table.dropna(subset=["acceptance"])
     grouped = clean.groupby([*keys, "n"], dropna=False, sort=False)
