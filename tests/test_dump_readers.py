@@ -22,6 +22,7 @@ import pandas as pd
 import pytest
 from scipy.special import softmax
 
+import otbound.analysis as oa
 import otbound.dumps as od
 from otbound.dumps._safetensors import write_safetensors
 from otbound.dumps.readers import (
@@ -202,7 +203,7 @@ def test_same_rows_round_trip(fmt: str, tmp_path: Path) -> None:
             assert frame[key].tolist() == metadata[key].tolist(), key
         else:
             assert frame[key].isna().all(), key
-    expected = od.acceptance_interval(target, draft, 2).lower
+    expected = oa.acceptance_interval(target, draft, 2).lower
     alpha = np.concatenate([s.acceptance_interval(2).lower for s in dump])
     np.testing.assert_array_equal(alpha, expected)
 

@@ -16,6 +16,7 @@ import pytest
 from scipy.special import softmax as scipy_softmax
 
 import otbound as ob
+import otbound.analysis as oa
 import otbound.dumps as od
 from otbound.dumps import _writer
 from otbound.dumps._safetensors import (
@@ -812,7 +813,7 @@ def test_topk_interval_contains_the_full_alpha(gen) -> None:
         p, q, rows_p, rows_q = _topk_group(rng, gen, len(gen.KINDS))
         vocab = p.shape[1]
         n = int(rng.integers(1, min(vocab, 8) + 1))
-        lower, upper = od.topk_interval(rows_p, rows_q, n)
+        lower, upper = oa.topk_interval(rows_p, rows_q, n)
         full = ob.optimal_acceptance(p, q, n)
         if vocab <= 10:  # the sweep itself against enumeration of all subsets
             brute = [_brute_iid(a, b, n) for a, b in zip(p, q, strict=True)]
@@ -842,7 +843,7 @@ def test_topk_interval_tightens_as_k_grows() -> None:
     widths = []
     for k in (5, 20, 80, 200):
         rows_p, rows_q = (od.TopKRows.from_logits(x, k) for x in (p_logits, q_logits))
-        lower, upper = od.topk_interval(rows_p, rows_q, 4)
+        lower, upper = oa.topk_interval(rows_p, rows_q, 4)
         assert np.all(lower <= full + 1e-10) and np.all(full <= upper + 1e-10)
         widths.append(float(np.mean(upper - lower)))
     assert widths[0] > widths[1] > widths[2] > widths[3] == 0.0
@@ -855,7 +856,7 @@ def test_lower_bound_is_attained_by_disjoint_tails() -> None:
     with np.errstate(divide="ignore"):
         rows_p = od.TopKRows.from_logits(np.log(p)[None, :], 2)
         rows_q = od.TopKRows.from_logits(np.log(q)[None, :], 2)
-    lower, upper = od.topk_interval(rows_p, rows_q, 2)
+    lower, upper = oa.topk_interval(rows_p, rows_q, 2)
     assert lower[0] == pytest.approx(ob.optimal_acceptance(p, q, 2), abs=1e-12)
     assert upper[0] > lower[0] + 0.01
 
@@ -864,22 +865,22 @@ def test_topk_refusals() -> None:
     rng = np.random.default_rng(14)
     rows = od.TopKRows.from_logits(rng.normal(size=(3, 10)), 4)
     with pytest.raises(od.DumpError, match=r"'without_replacement'.*dump full logits"):
-        od.topk_interval(rows, rows, 2, "without_replacement")
+        oa.topk_interval(rows, rows, 2, "without_replacement")
     with pytest.raises(od.DumpError, match="design 'greedy'"):
-        od.acceptance_interval(rows, rows, 2, "greedy")
+        oa.acceptance_interval(rows, rows, 2, "greedy")
     with pytest.raises(ValueError, match=r"temperature 0.7 cannot be applied exactly"):
-        od.acceptance_interval(rows, rows, 2, temperature=0.7)
+        oa.acceptance_interval(rows, rows, 2, temperature=0.7)
     with pytest.raises(ValueError, match="top_k=6 needs more tokens than the 4 stored"):
-        od.acceptance_interval(rows, rows, 2, top_k=6)
+        oa.acceptance_interval(rows, rows, 2, top_k=6)
     with pytest.raises(
         od.DumpError, match=r"top_p=0.9999 needs tokens beyond the 4 stored.*3 steps"
     ):
-        od.acceptance_interval(rows, rows, 2, top_p=0.9999, step_ids=[7, 8, 9])
+        oa.acceptance_interval(rows, rows, 2, top_p=0.9999, step_ids=[7, 8, 9])
     other = od.TopKRows(rows.ids, rows.logits, rows.logsumexp, 12)
     with pytest.raises(od.DumpError, match="truncating top-k rows is not exact"):
-        od.acceptance_interval(rows, other, 2)
+        oa.acceptance_interval(rows, other, 2)
     with pytest.raises(od.DumpError, match="both be full rows or both be top-k"):
-        od.acceptance_interval(rows, np.zeros((3, 10)), 2)
+        oa.acceptance_interval(rows, np.zeros((3, 10)), 2)
 
 
 @pytest.mark.parametrize(
@@ -893,12 +894,12 @@ def test_exact_processing_of_topk_rows_matches_full_rows(temperature, top_k, top
     p_logits[:, 0] = p_logits.max(1) + 5  # enough mass in the top 4 for top_p = 0.3
     q_logits[:, 1] = q_logits.max(1) + 5
     kwargs = {"temperature": temperature, "top_k": top_k, "top_p": top_p}
-    full = od.acceptance_interval(p_logits, q_logits, 3, **kwargs)
+    full = oa.acceptance_interval(p_logits, q_logits, 3, **kwargs)
     rows_p, rows_q = (od.TopKRows.from_logits(x, 4) for x in (p_logits, q_logits))
-    truncated = od.acceptance_interval(rows_p, rows_q, 3, **kwargs)
+    truncated = oa.acceptance_interval(rows_p, rows_q, 3, **kwargs)
     assert np.all(truncated.exact)
     np.testing.assert_allclose(truncated.lower, full.lower, atol=1e-12)
-    raw = od.acceptance_interval(rows_p, rows_q, 3)  # temperature 1, no filter: an interval
+    raw = oa.acceptance_interval(rows_p, rows_q, 3)  # temperature 1, no filter: an interval
     assert not np.all(raw.exact)
 
 
@@ -922,7 +923,7 @@ def test_empty_tails_make_unstored_tokens_known_zeros() -> None:
     assert rows_p.tail_mass().tolist() == rows_q.tail_mass().tolist() == [0.0]
     p, q = scipy_softmax(p_logits, 1), scipy_softmax(q_logits, 1)
     for n in (1, 3):
-        lower, upper = od.topk_interval(rows_p, rows_q, n)
+        lower, upper = oa.topk_interval(rows_p, rows_q, n)
         assert lower[0] == upper[0]
         assert upper[0] == pytest.approx(ob.optimal_acceptance(p, q, n)[0], abs=1e-12)
 
@@ -940,7 +941,7 @@ def test_interval_pairs_on_a_worked_example() -> None:
     rows_q = od.TopKRows.from_logits(np.log(q)[None, :], 2)
     assert sorted(rows_q.ids[0].tolist()) == [1, 2]
     for n in (1, 2, 4):
-        lower, upper = od.topk_interval(rows_p, rows_q, n)
+        lower, upper = oa.topk_interval(rows_p, rows_q, n)
         expected_upper = ob.optimal_acceptance([0.7, 0.0, 0.3, 0.0], [0.4, 0.3, 0.3, 0.0], n)
         expected_lower = ob.optimal_acceptance(
             [0.3, 0.7, 0.0, 0.0, 0.0], [0.0, 0.4, 0.3, 0.0, 0.3], n
@@ -963,8 +964,8 @@ def test_bad_topk_rows_are_named_and_can_be_skipped() -> None:
     bad = od.TopKRows(ids, logits, lse, 10)
     assert od.find_bad_topk_steps(bad).tolist() == [False, True, True, True]
     with pytest.raises(od.DumpError, match=r"target at 3 steps: 11, 12, 13"):
-        od.acceptance_interval(bad, rows, 2, step_ids=[10, 11, 12, 13])
-    result = od.acceptance_interval(bad, rows, 2, step_ids=[10, 11, 12, 13], skip_bad_steps=True)
+        oa.acceptance_interval(bad, rows, 2, step_ids=[10, 11, 12, 13])
+    result = oa.acceptance_interval(bad, rows, 2, step_ids=[10, 11, 12, 13], skip_bad_steps=True)
     assert result.step.tolist() == [10] and result.skipped.tolist() == [11, 12, 13]
 
 
@@ -979,7 +980,7 @@ def test_a_tail_of_1e_13_is_carried_into_the_interval() -> None:
     assert 0 < rows_p.tail_mass()[0] < 2 * t
     for n in (1, 2, 4):
         full = float(ob.optimal_acceptance(p, q, n)[0])
-        result = od.acceptance_interval(rows_p, rows_q, n)
+        result = oa.acceptance_interval(rows_p, rows_q, n)
         assert not result.exact[0]
         assert result.lower[0] <= full <= result.upper[0], (n, result, full)
         assert result.upper[0] - result.lower[0] < 1e-11  # widened by rounding, not more
@@ -998,10 +999,10 @@ def test_kept_mass_above_one_is_refused_naming_the_step_and_the_excess() -> None
         assert bad.probabilities()[1].sum() == pytest.approx(1 + excess, rel=1e-12)
         message = rf"step 8: .*sum to 1 \+ {excess:.1e}"
         with pytest.raises(od.DumpError, match=message):
-            od.acceptance_interval(bad, rows, 2, step_ids=[7, 8, 9])
+            oa.acceptance_interval(bad, rows, 2, step_ids=[7, 8, 9])
         with pytest.raises(od.DumpError, match=r"step 1: .*sum to 1 \+"):
-            od.topk_interval(bad, rows, 2)
-        result = od.acceptance_interval(bad, rows, 2, step_ids=[7, 8, 9], skip_bad_steps=True)
+            oa.topk_interval(bad, rows, 2)
+        result = oa.acceptance_interval(bad, rows, 2, step_ids=[7, 8, 9], skip_bad_steps=True)
         assert result.skipped.tolist() == [8]
 
 
@@ -1013,7 +1014,7 @@ def test_rows_storing_every_token_stay_exact_despite_float32_rounding() -> None:
     for x in (p_logits, q_logits):
         full = od.TopKRows.from_logits(x, 12)  # lse from float64; logits rounded below
         rows.append(od.TopKRows(full.ids, full.logits.astype(np.float32), full.logsumexp, 12))
-    result = od.acceptance_interval(*rows, 3)
+    result = oa.acceptance_interval(*rows, 3)
     assert np.all(result.exact)
     p, q = scipy_softmax(p_logits, 1), scipy_softmax(q_logits, 1)
     np.testing.assert_allclose(result.lower, ob.optimal_acceptance(p, q, 3), atol=1e-5)
@@ -1021,7 +1022,7 @@ def test_rows_storing_every_token_stay_exact_despite_float32_rounding() -> None:
     truncated = [
         od.TopKRows(r.ids, r.logits.astype(np.float32), r.logsumexp, 12) for r in truncated
     ]
-    result = od.acceptance_interval(*truncated, 3)
+    result = oa.acceptance_interval(*truncated, 3)
     full = ob.optimal_acceptance(p, q, 3)
     assert np.all((result.lower <= full) & (full <= result.upper))
 

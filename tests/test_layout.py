@@ -8,6 +8,8 @@ module's interface and is spelt without one (the module itself may be private, a
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,3 +63,22 @@ def test_names_taken_across_modules_are_public():
     assert set(taken) <= PENDING, {
         name: where for name, where in taken.items() if name not in PENDING
     }
+
+
+def test_the_dump_package_imports_no_analysis():
+    """``otbound.dumps`` reads, writes and processes dumps: loading all of it (the readers, the
+    writer, the processing of full and top-k rows) loads no bound, verifier or analysis."""
+    code = (
+        "import sys, otbound.dumps as od, otbound.dumps.readers\n"
+        "from otbound.dumps import _format, _processing, _reader, _shard, _topk, _writer\n"
+        "for name in od.__all__:\n"
+        "    getattr(od, name)\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('otbound.'))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    loaded = set(done.stdout.split())
+    assert "otbound.dumps._topk" in loaded and "otbound.dumps._writer" in loaded
+    later = ("otbound.bounds", "otbound.analysis", "otbound.verifiers", "otbound.evaluate")
+    assert not {m for m in loaded if m.startswith(later)}, sorted(loaded)

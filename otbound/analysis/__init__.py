@@ -6,6 +6,9 @@ The stage behind ``scripts/compute_bounds.py``::
                          -> run_analysis (processes or dask; resume; atomic files)
                          -> summarise / gap_histogram -> otbound.plots
 
+``α*`` per step of dumped rows, a point for full rows and a certified interval for top-k rows,
+is :func:`acceptance_interval` (:func:`topk_interval` for the rows alone).
+
 Examples
 --------
 >>> import numpy as np, tempfile, otbound as ob
@@ -35,6 +38,12 @@ if TYPE_CHECKING:
         verifiers_for,
     )
     from otbound.analysis._device import acceptance_on, bound_on, check_device
+    from otbound.analysis._intervals import (
+        INTERVAL_DESIGNS,
+        AcceptanceInterval,
+        acceptance_interval,
+        topk_interval,
+    )
     from otbound.analysis._runner import (
         HISTOGRAM_FILE,
         RUN_FILE,
@@ -65,6 +74,12 @@ else:
                 "verifiers_for",
             ),
             "otbound.analysis._device": ("acceptance_on", "bound_on", "check_device"),
+            "otbound.analysis._intervals": (
+                "INTERVAL_DESIGNS",
+                "AcceptanceInterval",
+                "acceptance_interval",
+                "topk_interval",
+            ),
             "otbound.analysis._runner": (
                 "HISTOGRAM_FILE",
                 "RUN_FILE",
@@ -90,6 +105,7 @@ __all__ = [
     "DEFAULT_N",
     "DUMP_DESIGNS",
     "HISTOGRAM_FILE",
+    "INTERVAL_DESIGNS",
     "OPT_IN_VERIFIERS",
     "RUN_FILE",
     "SKIPPED_CELL_COLUMNS",
@@ -98,10 +114,12 @@ __all__ = [
     "STEP_COLUMNS",
     "SUMMARY_COLUMNS",
     "SUMMARY_FILE",
+    "AcceptanceInterval",
     "AnalysisConfig",
     "AnalysisError",
     "RunResult",
     "ShardOutcome",
+    "acceptance_interval",
     "acceptance_on",
     "analyse_shard",
     "bound_on",
@@ -109,5 +127,6 @@ __all__ = [
     "gap_histogram",
     "run_analysis",
     "summarise",
+    "topk_interval",
     "verifiers_for",
 ]

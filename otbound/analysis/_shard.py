@@ -13,7 +13,8 @@ import pandas as pd
 
 from otbound.analysis._config import AnalysisConfig
 from otbound.analysis._device import acceptance_on, bound_on
-from otbound.dumps import Dump, ShardData, acceptance_interval, prepare_distributions
+from otbound.analysis._intervals import acceptance_interval
+from otbound.dumps import Dump, ShardData, prepare_distributions
 from otbound.evaluate import COMPARE_COLUMNS, SKIPPED_COLUMNS, compare, skipped_cells
 from otbound.problem import Step
 
@@ -288,7 +289,7 @@ def analyse_shard(
     (:func:`otbound.dumps.prepare_distributions`) and passed to :func:`otbound.compare`.
     Top-k (truncated) rows give ``"bound"`` rows only, with the certified interval
     ``[alpha_star_lower, alpha_star_upper]`` of the full-vocabulary ``α*``
-    (:func:`otbound.dumps.acceptance_interval`); ``alpha_star`` is NaN where it is not a point.
+    (:func:`otbound.analysis.acceptance_interval`); ``alpha_star`` is NaN where it is not a point.
     With ``config.max_steps``, only the shard's steps among the dump's first ``max_steps``
     are analysed (none for a shard past them).
 

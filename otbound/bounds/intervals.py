@@ -5,7 +5,7 @@ tail), not how the tail is spread. For i.i.d. drafts the full-vocabulary
 ``α* = 1 + \min_H [p(H) − q(H)^n]`` still lies in an interval computed from what is known:
 :func:`iid_interval`. This module is the mathematics only, on plain arrays; reading,
 validating and filtering top-k rows is :mod:`otbound.dumps`' job
-(:func:`otbound.dumps.topk_interval` builds the arrays from :class:`otbound.dumps.TopKRows`).
+(:func:`otbound.analysis.topk_interval` builds the arrays from :class:`otbound.dumps.TopKRows`).
 """
 
 from __future__ import annotations

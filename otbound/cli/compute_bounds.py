@@ -28,6 +28,7 @@ from otbound.analysis import (
     check_device,
     run_analysis,
 )
+from otbound.bounds.intervals import INTERVAL_DESIGNS
 from otbound.cli._common import (
     EXIT_FAILURE,
     CommandError,
@@ -38,7 +39,7 @@ from otbound.cli._common import (
     run_command,
     writable_directory,
 )
-from otbound.dumps import INTERVAL_DESIGNS, VALUES_CHOICES, Dump, describe_steps, open_dump
+from otbound.dumps import VALUES_CHOICES, Dump, describe_steps, open_dump
 from otbound.verifiers import VERIFIERS
 
 PROG = "compute_bounds"

@@ -31,8 +31,9 @@ Write with :class:`DumpWriter` (atomic files, resumable), read with :func:`open_
 also wraps a single ``.safetensors``, ``.npz``, ``.npy`` or ``.pt`` file as a one-shard
 :class:`Dump` (one reader per format, registered by suffix: :mod:`otbound.dumps.readers`).
 :func:`to_probabilities` and :func:`prepare_distributions` apply temperature,
-top-k and top-p identically to both models; :func:`acceptance_interval` gives ``α*`` per step
-(an interval that provably contains the full-vocabulary value for top-k rows).
+top-k and top-p identically to both models, :func:`process_topk` to top-k rows where that is
+exact. This package reads and writes dumps and computes no bounds: ``α*`` per step of dumped
+rows (an interval for top-k rows) is :func:`otbound.analysis.acceptance_interval`.
 """
 
 from typing import TYPE_CHECKING
@@ -40,7 +41,6 @@ from typing import TYPE_CHECKING
 from otbound._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from otbound.bounds.intervals import INTERVAL_DESIGNS
     from otbound.dumps._format import (
         DTYPES,
         FORMAT_NAME,
@@ -63,19 +63,12 @@ if TYPE_CHECKING:
     )
     from otbound.dumps._reader import SINGLE_FILE_SUFFIXES, VALUES_CHOICES, Dump, open_dump
     from otbound.dumps._shard import ShardData
-    from otbound.dumps._topk import (
-        AcceptanceInterval,
-        acceptance_interval,
-        find_bad_topk_steps,
-        process_topk,
-        topk_interval,
-    )
+    from otbound.dumps._topk import find_bad_topk_steps, process_topk
     from otbound.dumps._writer import DumpWriter
 else:
     __getattr__, __dir__ = lazy_exports(
         __name__,
         {
-            "otbound.bounds.intervals": ("INTERVAL_DESIGNS",),
             "otbound.dumps._format": (
                 "DTYPES",
                 "FORMAT_NAME",
@@ -103,14 +96,14 @@ else:
                 "open_dump",
             ),
             "otbound.dumps._shard": ("ShardData",),
-            "otbound.dumps._topk": (
-                "AcceptanceInterval",
-                "acceptance_interval",
-                "find_bad_topk_steps",
-                "process_topk",
-                "topk_interval",
-            ),
+            "otbound.dumps._topk": ("find_bad_topk_steps", "process_topk"),
             "otbound.dumps._writer": ("DumpWriter",),
+        },
+        moved={
+            "INTERVAL_DESIGNS": "otbound.analysis",
+            "AcceptanceInterval": "otbound.analysis",
+            "acceptance_interval": "otbound.analysis",
+            "topk_interval": "otbound.analysis",
         },
     )
 
@@ -118,11 +111,9 @@ __all__ = [
     "DTYPES",
     "FORMAT_NAME",
     "FORMAT_VERSION",
-    "INTERVAL_DESIGNS",
     "MANIFEST_NAME",
     "SINGLE_FILE_SUFFIXES",
     "VALUES_CHOICES",
-    "AcceptanceInterval",
     "Dump",
     "DumpError",
     "DumpWriter",
@@ -130,7 +121,6 @@ __all__ = [
     "ShardInfo",
     "StepDistributions",
     "TopKRows",
-    "acceptance_interval",
     "describe_steps",
     "file_sha256",
     "find_bad_steps",
@@ -142,5 +132,4 @@ __all__ = [
     "probability_tolerance",
     "process_topk",
     "to_probabilities",
-    "topk_interval",
 ]

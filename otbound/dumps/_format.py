@@ -28,7 +28,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from otbound._files import atomic_output
-from otbound.drafts import top_tokens as _top_tokens
+from otbound.drafts.tokens import top_tokens as _top_tokens
 from otbound.dumps._safetensors import bf16_bits_to_float32, float32_to_bf16_bits
 
 #: The ``format`` field of every manifest.

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from otbound.dumps._format import DumpError, ShardInfo, TopKRows
 from otbound.dumps._processing import StepDistributions, prepare_distributions
-from otbound.dumps._topk import AcceptanceInterval, acceptance_interval
+
+if TYPE_CHECKING:
+    from otbound.analysis import AcceptanceInterval
 
 __all__ = ["ShardData"]
 
@@ -127,8 +130,11 @@ class ShardData:
     ) -> AcceptanceInterval:
         """``α*`` per step: exact for full rows, an interval for top-k rows.
 
-        See :func:`otbound.dumps.acceptance_interval`.
+        :func:`otbound.analysis.acceptance_interval` on the shard's rows (a convenience: it
+        loads the bounds when called; the dump package itself computes none).
         """
+        from otbound.analysis import acceptance_interval
+
         values: tuple[str, str] = ("logits", "logits") if self.is_topk else self.values
         return acceptance_interval(
             self.target,
