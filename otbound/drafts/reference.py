@@ -53,6 +53,7 @@ __all__ = [
     "iid_alpha_star",
     "per_slot_alpha_star",
     "prefix_alpha_star",
+    "prefix_sums",
     "reference_alpha_star",
     "sweep_order",
     "topk_alpha_star",
