@@ -3,12 +3,14 @@
 Oracles: the sweep (``optimal_acceptance``), the set LP (``method="lp"``), POT's exact transport
 on the enumerated draft tuples, and the rule's output law enumerated exactly (every draft tuple,
 every choice of level pieces, ties in a slot split evenly), independent of the slot values the
-rule's marginal is computed from.
+rule's marginal is computed from; the torch formula against the numpy rule. Every check runs on
+the extreme rows of ``_rows``.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import ot
@@ -16,20 +18,28 @@ import pytest
 
 import otbound as ob
 from otbound.audits import detectable_tv
-from otbound.selection import has_level_rule, level_rule, single_draft_test
+from otbound.selection import (
+    has_level_rule,
+    level_rule,
+    level_rule_acceptance,
+    single_draft_test,
+)
 from otbound.verifiers.optimal import OptimalTransport
 
 
 def _rows(rng: np.random.Generator, vocab: int, kind: int) -> tuple[np.ndarray, np.ndarray]:
-    """Random and extreme steps: Dirichlet, peaked, log-normal with masses to 1e-300, p = q,
-    disjoint supports, zeros on both sides, tied ratios."""
+    """Random and extreme steps: Dirichlet, peaked, log-normal with masses to 1e-300 on both
+    sides (slots thinner than a float's spacing), p = q, disjoint supports, tied ratios and tied
+    masses, zeros on both sides."""
     if kind == 0:
         return rng.dirichlet(np.ones(vocab)), rng.dirichlet(np.ones(vocab))
     if kind == 1:
         return rng.dirichlet(np.full(vocab, 0.1)), rng.dirichlet(np.full(vocab, 0.1))
     if kind == 2:
         x, y = np.exp(rng.normal(size=(2, vocab)) * 60.0)
+        x, y = x / x.sum(), y / y.sum()
         x[rng.random(vocab) < 0.3] = 1e-300
+        y[rng.random(vocab) < 0.3] = 1e-300
         return x / x.sum(), y / y.sum()
     if kind == 3:
         p = rng.dirichlet(np.ones(vocab))
@@ -40,9 +50,10 @@ def _rows(rng: np.random.Generator, vocab: int, kind: int) -> tuple[np.ndarray, 
         p[:half] = rng.dirichlet(np.ones(half))
         q[half:] = rng.dirichlet(np.ones(vocab - half))
         return p, q
-    if kind == 5:
-        q = rng.dirichlet(np.ones(vocab))
-        return np.full(vocab, 1.0 / vocab), q  # tied ratios within p
+    if kind == 5:  # q on a grid, p = q times 1 or 2: two ratios, each shared by many tokens
+        q = rng.integers(1, 4, vocab).astype(float)
+        p = q * rng.integers(1, 3, vocab)
+        return p / p.sum(), q / q.sum()
     p, q = rng.dirichlet(np.ones(vocab)), rng.dirichlet(np.ones(vocab))
     p[rng.random(vocab) < 0.3] = 0.0
     q[rng.random(vocab) < 0.3] = 0.0
@@ -94,13 +105,17 @@ def _output_law(p: np.ndarray, r_true: np.ndarray, r_rule: np.ndarray) -> np.nda
 
 @pytest.mark.parametrize("kind", range(7))
 def test_acceptance_is_alpha_star_on_random_and_extreme_rows(kind):
+    """Both paths: ``Σ min(p, r)`` of the built rule, and ``level_rule_acceptance`` (one pass
+    over the slots, no swaps: what ``acceptance``, ``compute_bounds`` and torch use)."""
     rng = np.random.default_rng(kind)
     worst = 0.0
     for _ in range(60):
         p, q = _rows(rng, int(rng.integers(1, 30)), kind)
         for n in (1, 2, 3, 4, 8):
+            star = ob.optimal_acceptance(p, q, n=n)
             rule = level_rule(p, q, n)
-            worst = max(worst, abs(rule.acceptance() - ob.optimal_acceptance(p, q, n=n)))
+            worst = max(worst, abs(rule.acceptance() - star))
+            worst = max(worst, abs(level_rule_acceptance(p, q, n) - star))
             assert rule.selection.sum() == pytest.approx(1.0, abs=1e-12)
     assert worst < 1e-12
 
@@ -129,7 +144,8 @@ def test_the_selection_marginal_is_the_rules_own_and_the_output_is_p(kind):
         for n in (2, 3):
             rule = level_rule(p, q, n)
             true = _enumerated_selection(rule, q, n)
-            np.testing.assert_allclose(true, rule.selection, rtol=0, atol=1e-13)
+            # relative: tokens of mass 1e-300 are held to their own size, not to 1e-13
+            np.testing.assert_allclose(true, rule.selection, rtol=1e-12, atol=0)
             np.testing.assert_allclose(_output_law(p, true, rule.selection), p, atol=1e-12)
 
 
@@ -170,6 +186,130 @@ def test_the_enumeration_sees_a_wrong_marginal():
     wrong = rule.selection.copy()
     wrong[[0, 1]] += [1e-3, -1e-3]
     assert np.abs(_output_law(p, true, wrong) - p).max() > 1e-5
+
+
+def _swaps(p: np.ndarray, q: np.ndarray, n: int) -> dict[str, np.ndarray]:
+    """The rule's slots, blocks and swaps from its kernels, in slot order."""
+    from otbound.selection._kernels import convex_minorant_blocks, forward_swaps, slot_values
+
+    order = level_rule(p, q, n).order
+    q_sorted, p_sorted = q[order], p[order]
+    _, values = slot_values(q_sorted, n)
+    mass = q_sorted * values
+    starts = convex_minorant_blocks(p_sorted, mass)
+    giver, taker, measure = forward_swaps(values, mass, p_sorted, starts)
+    named = {"q": q_sorted, "p": p_sorted, "mass": mass, "starts": starts}
+    return {**named, "giver": giver, "taker": taker, "measure": measure}
+
+
+@pytest.mark.parametrize("kind", range(7))
+def test_swaps_fit_their_slots_and_use_each_slot_once(kind):
+    """The measure budget: every swap lies inside one block, from a slot to one below it, and
+    no slot gives more than its length (its owner keeps ``≥ 0`` of it, but for rounding); the
+    level laws' pieces use each slot's length exactly once (one draft's level is uniform); and
+    the marginal is the target ``r = c_j p`` on each block (``c_j``: its vertex masses over
+    its ``p``), to the rounding of the block's mass (a deficit below it stays unserved)."""
+    rng = np.random.default_rng(500 + kind)
+    swapped = 0
+    for _ in range(25):
+        p, q = _rows(rng, int(rng.integers(2, 60)), kind)
+        for n in (2, 3, 4, 8, 16):
+            rule, s = level_rule(p, q, n), _swaps(p, q, n)
+            giver, taker, measure, size = s["giver"], s["taker"], s["measure"], s["q"].size
+            block = np.searchsorted(s["starts"], np.arange(size), side="right")
+            assert np.all(giver < taker) and np.array_equal(block[giver], block[taker])
+            assert np.all(measure > 0)
+            given = np.bincount(giver, measure, size) + np.bincount(taker, measure, size)
+            assert np.all(given <= s["q"] * (1 + 1e-12)), (n, (given / s["q"]).max())
+            swapped += giver.size
+            owner = np.repeat(np.arange(size), np.diff(rule.start))
+            share = np.diff(rule.cumulative, prepend=0.0)
+            share[rule.start[:-1]] = rule.cumulative[rule.start[:-1]]  # each owner from 0
+            used = np.bincount(rule.slot, share * s["q"][owner], size)
+            scale = s["q"].copy()  # rounding: of the largest length a piece is a share of
+            np.maximum.at(scale, rule.slot, s["q"][owner])
+            assert np.all(np.abs(used - s["q"]) <= 1e-12 * scale), n
+            r = rule.selection[rule.order]
+            for lo, hi in zip(s["starts"][:-1], s["starts"][1:], strict=True):
+                gain, total = s["p"][lo:hi], s["mass"][lo:hi].sum()
+                if gain.sum() > 0:  # to the rounding of the block's mass
+                    want = total / gain.sum() * gain
+                    np.testing.assert_allclose(r[lo:hi], want, rtol=1e-9, atol=1e-12 * total)
+    assert kind in (3, 4) or swapped > 0  # there were swaps to check
+
+
+def test_slots_thinner_than_a_float_stay_ordered():
+    """Tokens 0 and 1 hold the two top slots, each 1e-20 long (both round to level 1.0), in
+    blocks of their own: a draft of token 0 beats one of token 1 every time, as the race says;
+    comparing ``a + u q`` as floats would leave it to the order of the drafts."""
+    p = np.array([0.3, 0.2, 0.25, 0.25])
+    q = np.array([1e-20, 1e-20, 0.5, 0.5 - 2e-20])
+    rule = level_rule(p, q, 3)
+    assert rule.position[[0, 1]].tolist() == [0, 1]
+    assert rule.start[1] - rule.start[0] == 1 == rule.start[2] - rule.start[1]  # no swaps
+    for drafts in ((1, 0, 2), (0, 1, 2), (1, 1, 0)):
+        chance = _race(rule, drafts)
+        picked = rule.select(np.tile(drafts, (2_000, 1)), np.random.default_rng(0))
+        assert np.all(picked == 0) and chance[drafts.index(0)] == 1.0
+
+
+@pytest.mark.parametrize("kind", range(7))
+def test_torch_acceptance_equals_numpy_on_extreme_rows(kind):
+    """``level_rule_acceptance_torch`` against the numpy rule and the sweep, on the rows above
+    (masses to 1e-300, p = q, disjoint supports, ties, q = 0) and n to 16."""
+    torch = pytest.importorskip("torch")
+    from otbound.selection.torch_levels import level_rule_acceptance_torch
+
+    rng = np.random.default_rng(600 + kind)
+    rows = [_rows(rng, 40, kind) for _ in range(30)]
+    p, q = (np.array(side) for side in zip(*rows, strict=True))
+    for n in (1, 2, 3, 4, 8, 16):
+        got = level_rule_acceptance_torch(torch.from_numpy(p), torch.from_numpy(q), n).numpy()
+        want = [level_rule_acceptance(p[i], q[i], n) for i in range(len(p))]
+        star = [ob.optimal_acceptance(p[i], q[i], n=n) for i in range(len(p))]
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-13)
+        np.testing.assert_allclose(got, star, rtol=0, atol=1e-12)
+
+
+def _outputs_follow_p(tokens: np.ndarray, p: np.ndarray) -> float:
+    """Chi-square p-value of ``tokens`` against ``p`` (tokens of expected count < 5 pooled);
+    a token with ``p = 0`` must never come out."""
+    from scipy.stats import chisquare
+
+    counts = np.bincount(tokens, minlength=p.size)
+    assert counts[p == 0].sum() == 0
+    own = p * tokens.size >= 5
+    observed = np.append(counts[own], counts[~own].sum())
+    expected = np.append(p[own], p[~own].sum()) * tokens.size
+    keep = expected > 0
+    return float(chisquare(observed[keep], expected[keep]).pvalue) if keep.sum() > 1 else 1.0
+
+
+@pytest.mark.parametrize("kind", range(7))
+def test_simulate_and_verify_are_lossless_on_extreme_rows(kind):
+    """``simulate`` (the batch path) and ``verify`` (one trial) on the extreme rows: the output
+    follows ``p`` and never lands where ``p = 0``, and the share of accepted trials is the
+    acceptance (4 standard errors); a draft of a token with ``q = 0`` is refused."""
+    rng = np.random.default_rng(700 + kind)
+    verifier = OptimalTransport()
+    for row in range(2):
+        p, q = _rows(rng, int(rng.integers(2, 7)), kind)
+        for n in (1, 2, 3):
+            exact = verifier.acceptance(p, q, n)
+            sim = verifier.simulate(p, q, n, trials=40_000, seed=row)
+            assert _outputs_follow_p(sim.tokens, p) > 1e-5, (row, n)
+            se = math.sqrt(exact * (1 - exact) / sim.tokens.size)
+            assert abs(sim.accepted.mean() - exact) <= 4 * se + 1e-12, (row, n)
+        drafts = rng.choice(p.size, size=(500, 2), p=q)
+        one = [verifier.verify(d, p, q, seed) for seed, d in enumerate(drafts)]
+        tokens = np.array([token for token, _ in one])
+        assert _outputs_follow_p(tokens, p) > 1e-5, row
+        exact = verifier.acceptance(p, q, 2)
+        accepted = np.mean([hit for _, hit in one])
+        assert abs(accepted - exact) <= 4 * math.sqrt(exact * (1 - exact) / 500) + 1e-12, row
+    if np.any(q == 0):
+        with pytest.raises(ValueError, match="q = 0"):
+            verifier.verify([int(np.argmin(q)), int(np.argmax(q))], p, q, 0)
 
 
 @pytest.mark.parametrize("vocab", [32_000, 151_936])
