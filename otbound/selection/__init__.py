@@ -10,7 +10,7 @@ is lossless, and accepts with probability ``Σ min(p, r)`` when it is optimal; t
 >>> from otbound.selection import level_rule
 >>> p, q = np.array([0.3, 0.4, 0.3]), np.array([0.6, 0.3, 0.1])
 >>> round(level_rule(p, q, 2).acceptance(), 6)
-0.877778
+0.89
 """
 
 from otbound.selection.levels import (
