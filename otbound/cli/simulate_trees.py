@@ -113,6 +113,15 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         ),
         formatter_class=HelpFormatter,
     )
+    _add_model_options(parser)
+    _add_prompt_options(parser)
+    _add_tree_options(parser)
+    _add_run_options(parser)
+    return parser
+
+
+def _add_model_options(parser: argparse.ArgumentParser) -> None:
+    """The two models and the tokenizer."""
     add = parser.add_argument
     add(
         "--target",
@@ -126,6 +135,11 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         default=None,
         help="tokenizer for text prompts (default: the target's directory's or GGUF file's)",
     )
+
+
+def _add_prompt_options(parser: argparse.ArgumentParser) -> None:
+    """The prompts and how much each generates."""
+    add = parser.add_argument
     add(
         "--prompts",
         default=str(SAMPLE_PROMPTS),
@@ -152,6 +166,11 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="left: keep a long prompt's last tokens; right: keep its first ones",
     )
     add("--max-new-tokens", type=int, default=32, help="tokens generated per prompt")
+
+
+def _add_tree_options(parser: argparse.ArgumentParser) -> None:
+    """The verifiers, the trees, their roots, stopping and budgets."""
+    add = parser.add_argument
     add(
         "--verifiers",
         type=list_option(str, "--verifiers"),
@@ -187,6 +206,11 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     )
     add("--c-target", type=float, default=None, help="cost of a target pass (default: measured)")
     add("--c-draft", type=float, default=None, help="cost of a draft pass (default: measured)")
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    """Sampling, seeds, predictions, the device and the output."""
+    add = parser.add_argument
     add("--temperature", type=float, default=1.0, help="applied to both models (> 0)")
     add(
         "--seed",
@@ -220,7 +244,6 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "run's results in --out are removed first",
     )
     add("--quiet", action="store_true", help="no progress bar and no table")
-    return parser
 
 
 def _dynamic_options(args: argparse.Namespace) -> tuple[list[Any] | None, list[Any]]:
