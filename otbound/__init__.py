@@ -26,6 +26,7 @@ del lazy_exports
 
 if TYPE_CHECKING:
     from otbound import dumps, sequence, trees
+    from otbound.analysis import AcceptanceInterval
     from otbound.audits import AuditResult, audit, audit_dump
     from otbound.bounds import (
         DualResult,
@@ -42,12 +43,13 @@ if TYPE_CHECKING:
     from otbound.dumps import DumpError, DumpWriter, open_dump
     from otbound.evaluate import LosslessResult, check_lossless, compare
     from otbound.logits import softmax
-    from otbound.sequence import optimal_block_acceptance
+    from otbound.sequence import SequenceBound, optimal_block_acceptance
 
     # from its module: mypy takes ``otbound.sequence.block_acceptance`` in an ``if`` for the module
     from otbound.sequence.block_acceptance import block_acceptance
     from otbound.stats import PairedDifference, paired_difference
     from otbound.trees import (
+        PositionalAcceptance,
         best_tree,
         block_efficiency,
         bound_block_efficiency,
@@ -63,10 +65,12 @@ if TYPE_CHECKING:
         Verifier,
         get_verifier,
     )
+    from otbound.verifiers.base import Estimate
 else:
     __getattr__, __dir__ = _lazy_exports(
         __name__,
         {
+            "otbound.analysis": ("AcceptanceInterval",),
             "otbound.audits": ("AuditResult", "audit", "audit_dump"),
             "otbound.bounds": (
                 "DualResult",
@@ -83,9 +87,14 @@ else:
             "otbound.dumps": ("DumpError", "DumpWriter", "open_dump"),
             "otbound.evaluate": ("LosslessResult", "check_lossless", "compare"),
             "otbound.logits": ("softmax",),
-            "otbound.sequence": ("block_acceptance", "optimal_block_acceptance"),
+            "otbound.sequence": (
+                "SequenceBound",
+                "block_acceptance",
+                "optimal_block_acceptance",
+            ),
             "otbound.stats": ("PairedDifference", "paired_difference"),
             "otbound.trees": (
+                "PositionalAcceptance",
                 "best_tree",
                 "block_efficiency",
                 "bound_block_efficiency",
@@ -101,22 +110,27 @@ else:
                 "Verifier",
                 "get_verifier",
             ),
+            "otbound.verifiers.base": ("Estimate",),
         },
     )
 
 __all__ = [
     "DESIGNS",
     "VERIFIERS",
+    "AcceptanceInterval",
     "AuditResult",
     "BaseVerifier",
     "DraftDesign",
     "DualResult",
     "DumpError",
     "DumpWriter",
+    "Estimate",
     "LPError",
     "LosslessResult",
     "PairedDifference",
+    "PositionalAcceptance",
     "PrimalResult",
+    "SequenceBound",
     "SimulationResult",
     "SpecHubLPResult",
     "SweepResult",

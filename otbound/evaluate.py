@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from otbound._checks import as_num_drafts, clip_rounding
+from otbound._spellings import method_keyword
 from otbound.bounds import optimal_acceptance
 from otbound.bounds.solvers import SWEEP, Solver, as_solver
 from otbound.bounds.sweep import optimal_acceptance_by_n
@@ -222,14 +223,15 @@ def _bhc(k: int, trials: int, confidence: float) -> float:
     return 0.5 * math.sqrt(2.0 * (k * math.log(2.0) + math.log(1.0 / (1.0 - confidence))) / trials)
 
 
+@method_keyword("verifier")
 def check_lossless(
-    verifier: object,
     p: object,
     q: object,
     n: int = 2,
     trials: int = 200_000,
     seed: object = 0,
     *,
+    verifier: object,
     significance: float = SIGNIFICANCE,
     confidence: float = 0.95,
 ) -> LosslessResult:
@@ -249,13 +251,14 @@ def check_lossless(
 
     Parameters
     ----------
-    verifier : str or verifier object
-        A name in :data:`otbound.VERIFIERS` or any object with the verifier protocol.
     p, q : array_like, shape (V,)
         One step (``q`` of shape ``(n, V)`` for the ``per_slot`` design).
     n : int, default 2
     trials : int, default 200_000
     seed : int, default 0
+    verifier : str or verifier object
+        A name in :data:`otbound.VERIFIERS` or any object with the verifier protocol. (The
+        old order, ``check_lossless(verifier, p, q, ...)``, warns and still works.)
     significance : float, default 1e-5
         The test fails when ``p_value < significance``: a lossless verifier fails with this
         probability (the false-failure rate, up to the chi-square approximation). At the
@@ -281,7 +284,7 @@ def check_lossless(
     Examples
     --------
     >>> from otbound.evaluate import check_lossless
-    >>> res = check_lossless("rrs", [0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1], n=2)
+    >>> res = check_lossless([0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1], n=2, verifier="rrs")
     >>> res.passed
     True
     """

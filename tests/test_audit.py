@@ -224,7 +224,7 @@ def test_vllm_block_is_lossless_and_optimal_on_chains():
     assert exact.method == "exact" and exact.lossless and exact.tv_max <= 1e-12
     assert exact.acceptance == pytest.approx(exact.alpha_star, abs=1e-12)
     # its law is the product law, by enumeration of every chain and coin
-    law = sequence_law(get_chain_rule("vllm_block"), p, q, 3)
+    law = sequence_law(p, q, 3, verifier=get_chain_rule("vllm_block"))
     assert sum(law.values()) == pytest.approx(1.0, abs=1e-12)
     for z, mass in law.items():
         assert mass == pytest.approx(np.prod([p[d, t] for d, t in enumerate(z)]), abs=1e-12)
@@ -249,7 +249,7 @@ def test_the_ascend_port_is_flagged_and_accepts_beyond_block_verification():
 
     assert chi2_contingency(table.loc[:, table.sum() >= 20])[1] > 1e-4
     with pytest.raises(ValueError, match="not enumerable"):
-        sequence_law(rule, p, q, 3)
+        sequence_law(p, q, 3, verifier=rule)
 
 
 def test_chains_come_from_consecutive_steps_of_one_prompt():

@@ -84,7 +84,7 @@ def test_planted_bug_is_off_by_tv_0027_and_fails_at_default_settings():
     law = buggy_law(P4, Q4)
     tv = 0.5 * np.abs(law - P4).sum()
     assert tv == pytest.approx(0.027, abs=0.001)
-    result = check_lossless(SkipDuplicatesRRS(), P4, Q4, n=2)  # the defaults
+    result = check_lossless(P4, Q4, n=2, verifier=SkipDuplicatesRRS())  # the defaults
     assert not result.passed
     assert result.p_value < 1e-20
     assert result.tv_lower > 0.015  # the bound certifies a real difference
@@ -93,7 +93,7 @@ def test_planted_bug_is_off_by_tv_0027_and_fails_at_default_settings():
 
 
 def test_correct_user_verifier_with_verify_only_passes():
-    result = check_lossless(PlainRRS(), P4, Q4, n=2, trials=50_000, seed=3)
+    result = check_lossless(P4, Q4, n=2, trials=50_000, seed=3, verifier=PlainRRS())
     assert result.passed, result.message
     assert result.trials == 50_000
     assert result.tv_lower == 0.0 and result.tv_distance < result.tv_upper
@@ -147,7 +147,7 @@ def test_every_shipped_verifier_passes_the_lossless_check(name):
         attempt += 1
         if not v.applies(p, q, n):
             continue
-        result = check_lossless(v, p, q, n, seed=attempt)
+        result = check_lossless(p, q, n, seed=attempt, verifier=v)
         assert result.passed, (name, kind, n, p, q, result.message)
         passed += 1
         kinds_seen.add(kind)
@@ -169,7 +169,10 @@ def test_check_lossless_false_failure_rate_is_calibrated():
     rng = np.random.default_rng(5)
     p = rng.dirichlet(np.full(40, 0.5))  # many small bins: pooling matters
     pvals = np.array(
-        [check_lossless(Exact(), p, p, 1, trials=2_000, seed=s).p_value for s in range(400)]
+        [
+            check_lossless(p, p, 1, trials=2_000, seed=s, verifier=Exact()).p_value
+            for s in range(400)
+        ]
     )
     assert 0.02 <= np.mean(pvals < 0.05) <= 0.09
     assert kstest(pvals, "uniform").pvalue > 1e-3
@@ -178,7 +181,7 @@ def test_check_lossless_false_failure_rate_is_calibrated():
 def test_pooled_bins_have_expected_counts_of_at_least_five():
     rng = np.random.default_rng(1)
     p = rng.dirichlet(np.full(300, 0.3))
-    result = check_lossless("rrs", p, rng.dirichlet(np.ones(300)), 2, trials=3_000, seed=1)
+    result = check_lossless(p, rng.dirichlet(np.ones(300)), 2, trials=3_000, seed=1, verifier="rrs")
     assert np.all(result.expected >= 5.0)
     assert result.dof == result.bins - 1
     assert result.observed.sum() == pytest.approx(3_000)
@@ -187,7 +190,7 @@ def test_pooled_bins_have_expected_counts_of_at_least_five():
 
 
 def test_one_hot_target_has_a_single_bin():
-    result = check_lossless("rrs", [0.0, 1.0, 0.0], [0.3, 0.3, 0.4], 2, trials=1_000)
+    result = check_lossless([0.0, 1.0, 0.0], [0.3, 0.3, 0.4], 2, trials=1_000, verifier="rrs")
     assert result.passed and result.dof == 0 and result.p_value == 1.0
 
 
@@ -197,7 +200,7 @@ def test_tokens_outside_the_support_fail():
             return int(drafts[0]), True  # outputs q, not p
 
     p, q = np.array([0.5, 0.5, 0.0]), np.array([0.2, 0.3, 0.5])
-    result = check_lossless(FromDraft(), p, q, 1, trials=2_000)
+    result = check_lossless(p, q, 1, trials=2_000, verifier=FromDraft())
     assert not result.passed and result.p_value == 0.0
     assert "p = 0" in result.message
 
@@ -205,13 +208,13 @@ def test_tokens_outside_the_support_fail():
         def simulate(self, p, q, n=2, trials=10, seed=0):
             return np.full(trials, p.size), np.zeros(trials, bool)
 
-    result = check_lossless(OutOfRange(), p, q, 1, trials=100)
+    result = check_lossless(p, q, 1, trials=100, verifier=OutOfRange())
     assert not result.passed and "outside the vocabulary" in result.message
 
 
 def test_protocol_errors_list_what_is_missing():
     with pytest.raises(TypeError, match=r"design.*acceptance.*simulate"):
-        check_lossless(object(), P4, Q4)
+        check_lossless(P4, Q4, verifier=object())
 
     class NoRun:
         design = "iid"
@@ -220,7 +223,7 @@ def test_protocol_errors_list_what_is_missing():
             return None
 
     with pytest.raises(TypeError, match="simulate") as info:
-        check_lossless(NoRun(), P4, Q4)
+        check_lossless(P4, Q4, verifier=NoRun())
     assert "design" not in str(info.value).split("lacks")[1]
     with pytest.raises(TypeError, match="acceptance"):
         compare(P4, Q4, n=2, verifiers=[type("X", (), {"design": "iid", "verify": None})()])
@@ -228,15 +231,15 @@ def test_protocol_errors_list_what_is_missing():
 
 def test_check_lossless_bad_arguments():
     with pytest.raises(ValueError, match="significance"):
-        check_lossless("rrs", P4, Q4, significance=0.0)
+        check_lossless(P4, Q4, significance=0.0, verifier="rrs")
     with pytest.raises(ValueError, match="trials"):
-        check_lossless("rrs", P4, Q4, trials=0)
+        check_lossless(P4, Q4, trials=0, verifier="rrs")
     with pytest.raises(ValueError, match="p has a negative"):
-        check_lossless("rrs", [-0.1, 0.5, 0.6], [0.3, 0.3, 0.4])
+        check_lossless([-0.1, 0.5, 0.6], [0.3, 0.3, 0.4], verifier="rrs")
     with pytest.raises(ValueError, match="unknown verifier"):
-        check_lossless("nope", P4, Q4)
+        check_lossless(P4, Q4, verifier="nope")
     with pytest.raises(ValueError, match="n must be"):
-        check_lossless("rrs", P4, Q4, n=0)
+        check_lossless(P4, Q4, n=0, verifier="rrs")
 
 
 # -- compare ------------------------------------------------------------------------------------

@@ -453,13 +453,13 @@ def _check_07(facts: dict, text: str) -> None:
         tree = trees[row.tree]
         drafting = "iid" if row.drafting == "chain" else row.drafting
         if row.kind in ("sequence-level", "check"):
-            expected, tol = seq.tree_acceptance(row.name, p_rows, q_rows, tree), 1e-12
+            expected, tol = seq.tree_acceptance(p_rows, q_rows, tree, verifier=row.name), 1e-12
         elif row.name == "verification bound":
             bound = seq.optimal_verification_acceptance(p_rows, q_rows, tree, drafting)
-            expected, tol = bound.value, 1e-9
+            expected, tol = bound.acceptance, 1e-9
         elif row.name in ("coupling bound", "per-depth sum"):
             bound = seq.optimal_tree_acceptance(p_rows, q_rows, tree, drafting)
-            expected = bound.value if row.name == "coupling bound" else bound.closed_form
+            expected = bound.acceptance if row.name == "coupling bound" else bound.closed_form
             tol = 1e-9
         else:
             continue  # token level: below, from each verifier's exact acceptance

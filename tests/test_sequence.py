@@ -158,13 +158,17 @@ def _pot_coupling(drafts, targets, gain, top):
 
 def test_sun_et_al_motivating_example_is_reproduced_exactly():
     assert 9 * token_acceptance(SUN_P, SUN_Q, 2) == pytest.approx(10, abs=1e-12)
-    assert 9 * block_acceptance("token", SUN_P, SUN_Q, 2) == pytest.approx(10, abs=1e-12)
-    assert 9 * block_acceptance("block", SUN_P, SUN_Q, 2) == pytest.approx(11, abs=1e-12)
-    assert 9 * block_acceptance("traversal", SUN_P, SUN_Q, 2) == pytest.approx(11, abs=1e-12)
+    assert 9 * block_acceptance(SUN_P, SUN_Q, 2, verifier="token") == pytest.approx(10, abs=1e-12)
+    assert 9 * block_acceptance(SUN_P, SUN_Q, 2, verifier="block") == pytest.approx(11, abs=1e-12)
+    assert 9 * block_acceptance(SUN_P, SUN_Q, 2, verifier="traversal") == pytest.approx(
+        11, abs=1e-12
+    )
     bound = optimal_block_acceptance(SUN_P, SUN_Q, 2)
-    assert 9 * bound.value == pytest.approx(12, abs=1e-9)
+    assert 9 * bound.acceptance == pytest.approx(12, abs=1e-9)
     assert 9 * bound.closed_form == pytest.approx(12, abs=1e-12)
-    assert 9 * optimal_verification_acceptance(SUN_P, SUN_Q, 2).value == pytest.approx(11, abs=1e-9)
+    assert 9 * optimal_verification_acceptance(SUN_P, SUN_Q, 2).acceptance == pytest.approx(
+        11, abs=1e-9
+    )
     assert 9 * _bv_oracle(SUN_P, SUN_Q, 2)[0] == pytest.approx(11, abs=1e-12)
 
 
@@ -175,26 +179,28 @@ def test_sun_et_al_motivating_example_is_reproduced_exactly():
 def test_chain_verifiers_against_oracles(case):
     p, q, gamma = case
     bv_accepted, bv_law = _bv_oracle(p, q, gamma)
-    assert block_acceptance("block", p, q, gamma) == pytest.approx(bv_accepted, abs=1e-12)
-    law = sequence_law("block", p, q, gamma)
+    assert block_acceptance(p, q, gamma, verifier="block") == pytest.approx(bv_accepted, abs=1e-12)
+    law = sequence_law(p, q, gamma, verifier="block")
     assert max(abs(law.get(z, 0.0) - v) for z, v in bv_law.items()) < 1e-12
     # Weng et al.: traversal verification is block verification on a chain.
-    assert block_acceptance("traversal", p, q, gamma) == pytest.approx(bv_accepted, abs=1e-12)
+    assert block_acceptance(p, q, gamma, verifier="traversal") == pytest.approx(
+        bv_accepted, abs=1e-12
+    )
     alphas = [
         float(np.minimum(a, b).sum()) for a, b in zip(_rows(p, gamma), _rows(q, gamma), strict=True)
     ]
     closed = sum(math.prod(alphas[:k]) for k in range(1, gamma + 1))
     assert token_acceptance(p, q, gamma) == pytest.approx(closed, abs=1e-12)
-    assert block_acceptance("token", p, q, gamma) == pytest.approx(closed, abs=1e-12)
+    assert block_acceptance(p, q, gamma, verifier="token") == pytest.approx(closed, abs=1e-12)
 
 
 @pytest.mark.parametrize("verifier", ["token", "block", "traversal"])
 @pytest.mark.parametrize("case", list(_chain_cases(6, seed=5)), ids=lambda c: f"g{c[2]}")
 def test_chain_verifiers_are_lossless_exactly(verifier, case):
     p, q, gamma = case
-    assert lossless_gap(verifier, p, q, gamma) < 1e-12
+    assert lossless_gap(p, q, gamma, verifier=verifier) < 1e-12
     target = _product_law(_rows(p, gamma + 1))
-    law = sequence_law(verifier, p, q, gamma)
+    law = sequence_law(p, q, gamma, verifier=verifier)
     assert max(abs(law.get(z, 0.0) - v) for z, v in target.items()) < 1e-12
 
 
@@ -204,7 +210,7 @@ def test_tree_verifiers_are_lossless_exactly(verifier, case):
     p, q, tree = case
     depth = max(len(n) for n in tree)
     target = _product_law(_rows(p, depth + 1))
-    law = sequence_law(verifier, p, q, tree)
+    law = sequence_law(p, q, tree, verifier=verifier)
     assert max(abs(law.get(z, 0.0) - v) for z, v in target.items()) < 1e-12
     # The drafts the verifier saw follow the without-replacement tree law.
     v = get_sequence_verifier(verifier)
@@ -236,15 +242,15 @@ def test_chain_coupling_bound_equals_prefix_overlap_sum_and_pot(case):
         for k in range(1, gamma + 1)
     ]
     pot = _pot_coupling(drafts, targets, _common_prefix, gamma)
-    assert bound.value == pytest.approx(pot, abs=1e-8)
-    assert bound.value == pytest.approx(sum(overlaps), abs=1e-8)  # the theorem
+    assert bound.acceptance == pytest.approx(pot, abs=1e-8)
+    assert bound.acceptance == pytest.approx(sum(overlaps), abs=1e-8)  # the theorem
     assert np.allclose(bound.per_depth, overlaps, atol=1e-12)
     # Dual certificate: u_x + v_y ≥ LCP(x, y), and its objective is the value.
     for x, y in itertools.product(drafts, targets):
         assert bound.draft_dual[x] + bound.target_dual[y] >= _common_prefix(x, y) - 1e-9
     dual = sum(bound.draft_dual[x] * drafts[x] for x in drafts)
     dual += sum(bound.target_dual[y] * targets[y] for y in targets)
-    assert dual == pytest.approx(bound.value, abs=1e-9)
+    assert dual == pytest.approx(bound.acceptance, abs=1e-9)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -273,12 +279,12 @@ def test_block_verification_attains_the_verifier_bound_on_chains(case):
     """Thomas and Pal: block verification is optimal even with off-path probabilities."""
     p, q, gamma = case
     token = token_acceptance(p, q, gamma)
-    block = block_acceptance("block", p, q, gamma)
+    block = block_acceptance(p, q, gamma, verifier="block")
     verifier_bound = optimal_verification_acceptance(p, q, gamma)
-    coupling = optimal_block_acceptance(p, q, gamma).value
-    assert block == pytest.approx(verifier_bound.value, abs=1e-8)
+    coupling = optimal_block_acceptance(p, q, gamma).acceptance
+    assert block == pytest.approx(verifier_bound.acceptance, abs=1e-8)
     assert token <= block + 1e-12
-    assert verifier_bound.value <= coupling + 1e-8
+    assert verifier_bound.acceptance <= coupling + 1e-8
 
 
 def _verification_columns(p, q, tree):
@@ -309,13 +315,15 @@ def test_tree_bounds_order_and_certificates(case):
         return max((k for k in range(1, depth + 1) if y[:k] in paths[x]), default=0)
 
     targets = _product_law(_rows(p, depth))
-    assert coupling.value == pytest.approx(_pot_coupling(drafts, targets, longest, depth), abs=1e-8)
-    assert coupling.value <= coupling.closed_form + 1e-9
+    assert coupling.acceptance == pytest.approx(
+        _pot_coupling(drafts, targets, longest, depth), abs=1e-8
+    )
+    assert coupling.acceptance <= coupling.closed_form + 1e-9
     verifier_bound = optimal_verification_acceptance(p, q, tree)
-    traversal = tree_acceptance("traversal", p, q, tree)
-    token = tree_acceptance("token", p, q, tree)
-    assert traversal <= verifier_bound.value + 1e-8
-    assert verifier_bound.value <= coupling.value + 1e-8
+    traversal = tree_acceptance(p, q, tree, verifier="traversal")
+    token = tree_acceptance(p, q, tree, verifier="token")
+    assert traversal <= verifier_bound.acceptance + 1e-8
+    assert verifier_bound.acceptance <= coupling.acceptance + 1e-8
     assert token <= traversal + 1e-12  # observed on every case tried (not a theorem of the papers)
     # Dual certificate of the verifier LP: u_x + Σ_z coef · v_z ≥ accepted depth per column.
     ps = _rows(p, depth + 1)
@@ -331,7 +339,7 @@ def test_tree_bounds_order_and_certificates(case):
         assert lhs >= t - 1e-8
     dual = sum(verifier_bound.draft_dual[x] * drafts[x] for x in drafts)
     dual += sum(verifier_bound.target_dual[z] * full[z] for z in full)
-    assert dual == pytest.approx(verifier_bound.value, abs=1e-8)
+    assert dual == pytest.approx(verifier_bound.acceptance, abs=1e-8)
 
 
 def test_per_depth_sum_is_not_attained_on_trees():
@@ -339,14 +347,14 @@ def test_per_depth_sum_is_not_attained_on_trees():
     p, q, tree = [0.5, 0.3, 0.2], [0.2, 0.3, 0.5], [[0], [1], [0, 0]]
     bound = optimal_tree_acceptance(p, q, tree)
     assert bound.per_depth == pytest.approx([69 / 70, 0.61], abs=1e-9)
-    assert bound.value == pytest.approx(1.512857142857143, abs=1e-9)
-    assert bound.closed_form - bound.value > 0.08
+    assert bound.acceptance == pytest.approx(1.512857142857143, abs=1e-9)
+    assert bound.closed_form - bound.acceptance > 0.08
 
 
 def test_traversal_is_below_the_verifier_bound_on_some_tree():
     p, q, tree = [0.5, 0.3, 0.2], [0.2, 0.3, 0.5], [[0], [1], [0, 0]]
-    gap = optimal_verification_acceptance(p, q, tree).value - tree_acceptance(
-        "traversal", p, q, tree
+    gap = optimal_verification_acceptance(p, q, tree).acceptance - tree_acceptance(
+        p, q, tree, verifier="traversal"
     )
     assert gap > 0.01
 
@@ -426,8 +434,8 @@ def _assert_lossless_and_catches_planted_bug(good, bad, p, q, tree, **model_opti
     exact law is off by more than TV 0.02 and its simulation is rejected."""
     model = sequence_model(p, q, tree, **model_options)
     target = model.target_law(model.depth + 1)
-    assert lossless_gap(good, p, q, tree) < 1e-12
-    assert lossless_gap(bad, p, q, tree) > 0.02  # the exact law catches the bug
+    assert lossless_gap(p, q, tree, verifier=good) < 1e-12
+    assert lossless_gap(p, q, tree, verifier=bad) > 0.02  # the exact law catches the bug
     sim = good.simulate(p, q, tree, trials=60_000, seed=2024)
     assert _chi_square_pvalue(sim.sequences, target) > 1e-3
     exact = good.acceptance(p, q, tree)
@@ -461,11 +469,11 @@ def test_verify_one_trial_and_output_law():
 
 def test_invalid_inputs_raise():
     with pytest.raises(ValueError, match="chains only"):
-        block_acceptance("block", SUN_P, SUN_Q, [[0], [1]])
+        block_acceptance(SUN_P, SUN_Q, [[0], [1]], verifier="block")
     with pytest.raises(ValueError, match="without replacement"):
-        tree_acceptance("traversal", SUN_P, SUN_Q, [[0], [1], [2]])
+        tree_acceptance(SUN_P, SUN_Q, [[0], [1], [2]], verifier="traversal")
     with pytest.raises(ValueError, match="rows"):
-        block_acceptance("token", [SUN_P, SUN_P], [SUN_Q, SUN_Q], 2)
+        block_acceptance([SUN_P, SUN_P], [SUN_Q, SUN_Q], 2, verifier="token")
     with pytest.raises(ValueError, match="unknown sequence verifier"):
         get_sequence_verifier("nope")
     with pytest.raises(ValueError, match="q = 0"):
@@ -569,7 +577,7 @@ def test_multipath_against_oracle_and_lossless(case):
     for (_, out), prob in v.iteration_law(p, q, tree).items():
         emitted[out] = emitted.get(out, 0.0) + prob
     assert max(abs(emitted.get(z, 0.0) - val) for z, val in oracle.items()) < 1e-12
-    assert lossless_gap(v, p, q, tree) < 1e-12
+    assert lossless_gap(p, q, tree, verifier=v) < 1e-12
     # the drafts are K independent paths
     drafts = {}
     for (x, _), prob in v.iteration_law(p, q, tree).items():
@@ -586,8 +594,8 @@ def test_multipath_with_one_path_is_block_verification(case):
     from otbound.sequence import paths_tree
 
     p, q, gamma = case
-    law_bv = sequence_law("block", p, q, gamma)
-    law_mp = sequence_law("multipath", p, q, paths_tree(1, gamma))
+    law_bv = sequence_law(p, q, gamma, verifier="block")
+    law_mp = sequence_law(p, q, paths_tree(1, gamma), verifier="multipath")
     assert max(abs(law_bv[z] - law_mp.get(z, 0.0)) for z in law_bv) < 1e-12
 
 
@@ -597,12 +605,12 @@ def test_multipath_below_block_level_bounds_of_its_tree(case):
 
     p, q, k, gamma = case
     tree = paths_tree(k, gamma)
-    value = tree_acceptance("multipath", p, q, tree)
+    value = tree_acceptance(p, q, tree, verifier="multipath")
     verifier_bound = optimal_verification_acceptance(p, q, tree, drafting="iid")
     coupling = optimal_tree_acceptance(p, q, tree, drafting="iid")
-    assert value <= verifier_bound.value + 1e-8
-    assert verifier_bound.value <= coupling.value + 1e-8
-    assert coupling.value <= coupling.closed_form + 1e-9
+    assert value <= verifier_bound.acceptance + 1e-8
+    assert verifier_bound.acceptance <= coupling.acceptance + 1e-8
+    assert coupling.acceptance <= coupling.closed_form + 1e-9
 
 
 def test_multipath_gains_over_block_verification_and_can_lose():
@@ -616,13 +624,15 @@ def test_multipath_gains_over_block_verification_and_can_lose():
     these closed forms."""
     from otbound.sequence import paths_tree
 
-    assert 81 * tree_acceptance("multipath", SUN_P, SUN_Q, paths_tree(2, 2)) == pytest.approx(131)
-    assert tree_acceptance("multipath", SUN_P, SUN_Q, paths_tree(2, 2)) > block_acceptance(
-        "block", SUN_P, SUN_Q, 2
+    assert 81 * tree_acceptance(
+        SUN_P, SUN_Q, paths_tree(2, 2), verifier="multipath"
+    ) == pytest.approx(131)
+    assert tree_acceptance(SUN_P, SUN_Q, paths_tree(2, 2), verifier="multipath") > block_acceptance(
+        SUN_P, SUN_Q, 2, verifier="block"
     )
     p, q = [0.5, 0.5], [0.45, 0.55]
-    multipath = tree_acceptance("multipath", p, q, paths_tree(3, 1))
-    block = block_acceptance("block", p, q, 1)
+    multipath = tree_acceptance(p, q, paths_tree(3, 1), verifier="multipath")
+    block = block_acceptance(p, q, 1, verifier="block")
     assert multipath == pytest.approx(_gbv_oracle(p, q, 3, 1)[0], abs=1e-12)
     assert multipath == pytest.approx(0.5 + 0.55**3, abs=1e-12)  # 0.666375
     assert block == pytest.approx(_bv_oracle(p, q, 1)[0], abs=1e-12)

@@ -112,30 +112,30 @@ def test_public_function_validates_clips_and_broadcasts(name: str) -> None:
     n = 2
     p, q = _cases(12, seed=7)
     rows, want = _numpy(name, p, q, n)
-    got = verifier_acceptance_torch(name, p[rows], q[rows], n)
+    got = verifier_acceptance_torch(p[rows], q[rows], n, verifier=name)
     assert got.dtype == torch.float64 and got.shape == (int(rows.sum()),)
     assert float(got.min()) >= 0.0 and float(got.max()) <= 1.0
     np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=TOL)
-    one = verifier_acceptance_torch(name, p[rows][0], q[rows][0], n)  # one step: 0-d
+    one = verifier_acceptance_torch(p[rows][0], q[rows][0], n, verifier=name)  # one step: 0-d
     assert one.shape == () and abs(float(one) - want[0]) <= TOL
 
 
 def test_public_function_errors() -> None:
     p, q = [0.3, 0.4, 0.3], [0.6, 0.3, 0.1]
     with pytest.raises(ValueError, match="no torch formula for verifier 'block'"):
-        verifier_acceptance_torch("block", p, q, 2)
+        verifier_acceptance_torch(p, q, 2, verifier="block")
     with pytest.raises(ValueError, match="n=3"):
-        verifier_acceptance_torch("rrs_without_replacement", p, q, 3)
+        verifier_acceptance_torch(p, q, 3, verifier="rrs_without_replacement")
     with pytest.raises(ValueError, match="n=3"):
-        verifier_acceptance_torch("spechub", p, q, 3)
+        verifier_acceptance_torch(p, q, 3, verifier="spechub")
     with pytest.raises(ValueError, match="n=3"):
-        verifier_acceptance_torch("importance", p, q, 3)
+        verifier_acceptance_torch(p, q, 3, verifier="importance")
     with pytest.raises(ValueError, match="n=3"):  # the formula itself, called directly
         _FORMULAS["importance"](torch.tensor([p]), torch.tensor([q]), 3)
     with pytest.raises(ValueError, match="q"):
-        verifier_acceptance_torch("rrs", p, [0.6, 0.3, 0.3], 2)
+        verifier_acceptance_torch(p, [0.6, 0.3, 0.3], 2, verifier="rrs")
     with pytest.raises(ValueError, match="support"):  # the design's own words
-        verifier_acceptance_torch("greedy", p, [1.0, 0.0, 0.0], 2)
+        verifier_acceptance_torch(p, [1.0, 0.0, 0.0], 2, verifier="greedy")
 
 
 def test_serves_only_shipped_classes_on_their_design() -> None:
@@ -283,7 +283,7 @@ def test_analysis_on_cpu_torch_gives_the_numpy_rows(tmp_path) -> None:
 def test_cuda_equals_numpy(name: str, n: int) -> None:
     p, q = _cases(257, seed=n, extra=50)
     rows, want = _numpy(name, p, q, n)
-    got = verifier_acceptance_torch(name, p[rows], q[rows], n, device="cuda")
+    got = verifier_acceptance_torch(p[rows], q[rows], n, device="cuda", verifier=name)
     assert got.device.type == "cuda"
     np.testing.assert_allclose(got.cpu().numpy(), want, rtol=0, atol=TOL)
 
@@ -306,7 +306,7 @@ def test_importance_ranks_ties_by_token_id() -> None:
     q = np.array([0.1875, 0.0625, 0.0625, 0.0625, 0.03125, 0, 0.09375, 0.1875, 0.0625,
                   0.09375, 0.15625])  # fmt: skip
     want = get_verifier("importance").acceptance(p, q, 2)
-    got = float(verifier_acceptance_torch("importance", p, q, 2))
+    got = float(verifier_acceptance_torch(p, q, 2, verifier="importance"))
     assert abs(got - want) <= TOL and abs(want - 0.44942080) < 1e-8
     empty = _FORMULAS["importance"](torch.zeros((0, 11)), torch.zeros((0, 11)), 2)
     assert empty.shape == (0,)  # no rows: no stage flows, no values
@@ -348,9 +348,12 @@ def test_public_function_refuses_a_rate_out_of_range_with_the_numpy_words(monkey
         monkeypatch.setattr(rrs, "_acceptance", lambda self, p, q, n, e=excess: 1.0 + e)
         if excess > 1e-12:
             with pytest.raises(ValueError, match=refused):
-                verifier_acceptance_torch("rrs", [p, p], [q, q], 2)
+                verifier_acceptance_torch([p, p], [q, q], 2, verifier="rrs")
             with pytest.raises(ValueError, match=refused):
                 get_verifier("rrs").acceptance(p, q, 2)
         else:
-            assert verifier_acceptance_torch("rrs", [p, p], [q, q], 2).tolist() == [0.5, 1.0]
+            assert verifier_acceptance_torch([p, p], [q, q], 2, verifier="rrs").tolist() == [
+                0.5,
+                1.0,
+            ]
             assert get_verifier("rrs").acceptance(p, q, 2) == 1.0

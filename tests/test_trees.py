@@ -282,19 +282,19 @@ def test_exact_positional_matches_monte_carlo(name: str) -> None:
         vocab = int(rng.integers(3, 7))
         p, q = small_pair(rng, vocab)
         width = min(3, vocab)
-        exact = positional_acceptance(name, p, q, width)
+        exact = positional_acceptance(p, q, width, verifier=name)
         assert exact.method == "exact"
         v = get_verifier(name)
         assert exact.values.sum() == pytest.approx(v.acceptance(p, q, width), abs=1e-12)
         mc = positional_acceptance(
-            name, p, q, width, trials=trials, seed=case, method="monte_carlo"
+            p, q, width, trials=trials, seed=case, method="monte_carlo", verifier=name
         )
         assert mc.method == "monte_carlo"
         se = np.sqrt(np.maximum(exact.values * (1 - exact.values), 1e-6) / trials)
         assert np.all(np.abs(mc.values - exact.values) <= 4 * se), (mc.values, exact.values)
         # width-independent: the first entries at a larger width are the same
         if width < vocab:
-            wider = positional_acceptance(name, p, q, width + 1)
+            wider = positional_acceptance(p, q, width + 1, verifier=name)
             np.testing.assert_allclose(wider.values[:width], exact.values, atol=1e-12)
 
 
@@ -364,7 +364,7 @@ def test_kseq_positional_matches_enumeration() -> None:
     v = get_verifier("kseq")
     for p, q in oracle_pairs(np.random.default_rng(21), 30):
         for width in range(1, 5):
-            exact = positional_acceptance("kseq", p, q, width)
+            exact = positional_acceptance(p, q, width, verifier="kseq")
             assert exact.method == "exact" and exact.trials == 0
             assert np.all(exact.stderr == 0.0)
             np.testing.assert_allclose(
@@ -378,7 +378,7 @@ def test_spechub_positional_matches_enumeration() -> None:
     for p, q in oracle_pairs(np.random.default_rng(22), 30):
         if np.count_nonzero(q) < 2:
             continue
-        exact = positional_acceptance("spechub", p, q, 2)
+        exact = positional_acceptance(p, q, 2, verifier="spechub")
         assert exact.method == "exact" and exact.trials == 0
         np.testing.assert_allclose(exact.values, spechub_positional_oracle(p, q), atol=1e-12)
         assert exact.values.sum() == pytest.approx(v.acceptance(p, q, 2), abs=1e-12)
@@ -394,9 +394,9 @@ def test_own_positional_matches_monte_carlo(name: str) -> None:
         alpha = (1.0, 0.2)[case % 2]  # flat and spiky
         p, q = rng.dirichlet(np.full(vocab, alpha)), rng.dirichlet(np.full(vocab, alpha))
         for width in widths:
-            exact = positional_acceptance(name, p, q, width, method="exact")
+            exact = positional_acceptance(p, q, width, method="exact", verifier=name)
             mc = positional_acceptance(
-                name, p, q, width, trials=trials, seed=case, method="monte_carlo"
+                p, q, width, trials=trials, seed=case, method="monte_carlo", verifier=name
             )
             assert mc.method == "monte_carlo"
             se = np.sqrt(np.maximum(exact.values * (1 - exact.values), 1e-6) / trials)
@@ -406,8 +406,8 @@ def test_own_positional_matches_monte_carlo(name: str) -> None:
 def test_kseq_positional_depends_on_width() -> None:
     # ρ* depends on n: the vector is not a prefix of the wider one, unlike rrs
     p, q = np.array([0.3, 0.4, 0.3]), np.array([0.6, 0.3, 0.1])
-    two = positional_acceptance("kseq", p, q, 2).values
-    three = positional_acceptance("kseq", p, q, 3).values
+    two = positional_acceptance(p, q, 2, verifier="kseq").values
+    three = positional_acceptance(p, q, 3, verifier="kseq").values
     assert np.abs(three[:2] - two).max() > 1e-3
     alphas = [get_verifier("kseq").acceptance(p, q, k) for k in (1, 2)]
     assert np.abs(np.diff([0.0, *alphas]) - two).max() > 1e-3  # differences of α are wrong
@@ -418,20 +418,20 @@ def test_positional_batch_is_the_mean_of_steps() -> None:
     pairs = [small_pair(rng, 5) for _ in range(4)]
     p = np.stack([a for a, _ in pairs])
     q = np.stack([b for _, b in pairs])
-    batch = positional_acceptance("rrs", p, q, 3)
-    each = [positional_acceptance("rrs", a, b, 3).values for a, b in pairs]
+    batch = positional_acceptance(p, q, 3, verifier="rrs")
+    each = [positional_acceptance(a, b, 3, verifier="rrs").values for a, b in pairs]
     np.testing.assert_allclose(batch.values, np.mean(each, axis=0), atol=1e-14)
     assert batch.steps == 4
-    mc = positional_acceptance("importance", p, q, 2, trials=20_000, seed=1)
+    mc = positional_acceptance(p, q, 2, trials=20_000, seed=1, verifier="importance")
     assert mc.method == "monte_carlo" and mc.trials == 20_000
     assert mc.stderr.shape == (2,) and np.all(mc.stderr > 0)
     for name in ("kseq", "spechub"):  # width-dependent closed forms
-        own = positional_acceptance(name, p, q, 2)
+        own = positional_acceptance(p, q, 2, verifier=name)
         assert own.method == "exact" and own.trials == 0
-        steps = [positional_acceptance(name, a, b, 2).values for a, b in pairs]
+        steps = [positional_acceptance(a, b, 2, verifier=name).values for a, b in pairs]
         np.testing.assert_allclose(own.values, np.mean(steps, axis=0), atol=1e-14)
     # per-depth widths give a padded matrix
-    rows = positional_acceptance("rrs", p, q, [3, 1])
+    rows = positional_acceptance(p, q, [3, 1], verifier="rrs")
     assert rows.values.shape == (2, 3)
     np.testing.assert_allclose(rows.values[0], batch.values)
     assert rows.values[1, 1:].sum() == 0.0
@@ -440,11 +440,11 @@ def test_positional_batch_is_the_mean_of_steps() -> None:
 def test_greedy_exact_matches_monte_carlo() -> None:
     rng = np.random.default_rng(4)
     p, q = small_pair(rng, 6)
-    exact = positional_acceptance("greedy", p, q, 3)
+    exact = positional_acceptance(p, q, 3, verifier="greedy")
     assert exact.method == "exact"
     assert exact.values.sum() == pytest.approx(get_verifier("greedy").acceptance(p, q, 3))
     trials = 40_000
-    mc = positional_acceptance("greedy", p, q, 3, trials=trials, method="monte_carlo")
+    mc = positional_acceptance(p, q, 3, trials=trials, method="monte_carlo", verifier="greedy")
     se = np.sqrt(np.maximum(exact.values * (1 - exact.values), 1e-6) / trials)
     assert np.all(np.abs(mc.values - exact.values) <= 4 * se)
 
@@ -452,17 +452,17 @@ def test_greedy_exact_matches_monte_carlo() -> None:
 def test_positional_errors() -> None:
     p, q = [0.3, 0.4, 0.3], [0.6, 0.3, 0.1]
     with pytest.raises(ValueError, match="no exact positional"):
-        positional_acceptance("importance", p, q, 2, method="exact")
+        positional_acceptance(p, q, 2, method="exact", verifier="importance")
     with pytest.raises(ValueError, match="method"):
-        positional_acceptance("rrs", p, q, 2, method="fast")
+        positional_acceptance(p, q, 2, method="fast", verifier="rrs")
     with pytest.raises(ValueError, match="n=2 only"):
-        positional_acceptance("spechub", p, q, 3, trials=100)
+        positional_acceptance(p, q, 3, trials=100, verifier="spechub")
     with pytest.raises(ValueError, match="support"):
-        positional_acceptance("rrs_without_replacement", p, [0.5, 0.5, 0.0], 3)
+        positional_acceptance(p, [0.5, 0.5, 0.0], 3, verifier="rrs_without_replacement")
     with pytest.raises(ValueError, match="width"):
-        positional_acceptance("rrs", p, q, 0)
+        positional_acceptance(p, q, 0, verifier="rrs")
     with pytest.raises(ValueError, match="vocabulary size"):
-        positional_acceptance(get_verifier("optimal", design="topk"), p, q, 4)
+        positional_acceptance(p, q, 4, verifier=get_verifier("optimal", design="topk"))
     assert "rrs" in EXACT_POSITIONAL and "kseq" not in EXACT_POSITIONAL
 
 
@@ -476,7 +476,7 @@ def test_bound_dominates_every_verifier() -> None:
         for factors in ([2, 2, 2], [3, 1], [1, 1, 1, 1]):
             if v.fixed_n is not None and any(b != v.fixed_n for b in factors):
                 continue
-            pa = positional_acceptance(v, p, q, factors, trials=trials, seed=3)
+            pa = positional_acceptance(p, q, factors, trials=trials, seed=3, verifier=v)
             tree = kary_tree(factors)
             widths = range(1, max(factors) + 1)
             stars = [
@@ -514,7 +514,7 @@ def test_predict_tokens_per_call() -> None:
             assert row.tokens_per_call == pytest.approx(row.bound_tokens_per_call)
     # the k-ary formula agrees with block_efficiency of the exact positional vectors
     rrs = out[(out.verifier == "rrs") & (out.tree == "binary3")].iloc[0]
-    pa = positional_acceptance("rrs", p, q, 3)
+    pa = positional_acceptance(p, q, 3, verifier="rrs")
     assert rrs.tokens_per_call == pytest.approx(block_efficiency(pa, kary_tree([2, 2, 2])))
     assert rrs.nodes == 14 and rrs.depth == 3 and rrs.steps == 3
     chain_row = out[(out.verifier == "rrs") & (out.tree == "chain4")].iloc[0]
@@ -529,3 +529,16 @@ def test_predict_tokens_per_call() -> None:
         predict_tokens_per_call(table, [2])
     with pytest.raises(ValueError, match="lacks the column"):
         predict_tokens_per_call(table.drop(columns="alpha_star"), [[2]])
+
+
+def test_positional_acceptance_sums_to_the_verifiers_acceptance():
+    """``.acceptance`` is the acceptance rate ``Σ_k a_k``: kseq's own positional closed form
+    sums to its exact ``acceptance``, per depth for per-depth widths."""
+    p, q = np.array([0.3, 0.4, 0.3]), np.array([0.6, 0.3, 0.1])
+    kseq = get_verifier("kseq")
+    one = positional_acceptance(p, q, 2, verifier=kseq)
+    assert isinstance(one.acceptance, float)
+    assert one.acceptance == pytest.approx(kseq.acceptance(p, q, 2), abs=1e-12)
+    per_depth = positional_acceptance(p, q, [2, 1], verifier=kseq)
+    want = [kseq.acceptance(p, q, 2), kseq.acceptance(p, q, 1)]
+    np.testing.assert_allclose(per_depth.acceptance, want, rtol=0, atol=1e-12)

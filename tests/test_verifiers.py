@@ -429,7 +429,7 @@ def test_verify_matches_exact_and_is_lossless(name):
     exact = v.acceptance(p, q, n)
     assert exact is not None, f"{name} has no exact acceptance here: compare with simulate"
     assert_within_4se(accepted.mean(), exact, trials, name)
-    result = check_lossless(VerifyOnly(v), p, q, n, trials=trials, seed=4)
+    result = check_lossless(p, q, n, trials=trials, seed=4, verifier=VerifyOnly(v))
     assert result.passed, result.message
 
 

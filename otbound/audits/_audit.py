@@ -231,7 +231,7 @@ def audit_step(
             above,
         )
     result = check_lossless(
-        audited.runner(sides), target, draft, n=audited.n, trials=trials, seed=seed
+        target, draft, n=audited.n, trials=trials, seed=seed, verifier=audited.runner(sides)
     )
     if len(audited.records) != trials:
         raise ValueError(

@@ -118,15 +118,15 @@ def chain_step(
     runs = np.count_nonzero(q, axis=1).prod() * 2**gamma * np.count_nonzero(p, axis=1).max()
     small = runs <= MAX_ENUMERATED_RUNS
     if exact and rule.enumerable and small:
-        tv = lossless_gap(rule, p, q, gamma)
+        tv = lossless_gap(p, q, gamma, verifier=rule)
         accepted = rule.acceptance(p, q, gamma)
-        best = block_acceptance("block", p, q, gamma)
+        best = block_acceptance(p, q, gamma, verifier="block")
         return step_row(step, "exact", (tv, tv, tv, 0.0), (math.nan, 0.0, 0, 0), accepted,
                     (accepted, accepted), best, accepted > best + EXACT_TOLERANCE)  # fmt: skip
     rng = np.random.default_rng(seed)  # type: ignore[arg-type]
     sequences, tau = simulate(rule, p, q, trials, rng)
     ids, law = cells(sequences, p)
-    result = check_lossless(_Cells(ids), law, law, n=1, trials=trials, seed=0)
+    result = check_lossless(law, law, n=1, trials=trials, seed=0, verifier=_Cells(ids))
     best_tau = tau if isinstance(rule, VllmBlock) else simulate(VllmBlock(), p, q, trials, rng)[1]
     mean, best = float(tau.mean()), float(best_tau.mean())
     half = 1.96 * float(tau.std(ddof=1)) / math.sqrt(trials) if trials > 1 else math.inf

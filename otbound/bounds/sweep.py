@@ -218,7 +218,8 @@ def optimal_acceptance(
     Returns
     -------
     float, numpy.ndarray or SweepResult
-        ``α*`` with the batch shape (a float for 1-D inputs).
+        ``α*``: a float for one step (1-D inputs), an array with the batch shape for a batch,
+        and with ``certificate=True`` a :class:`SweepResult` holding either as ``.acceptance``.
 
     Raises
     ------

@@ -40,11 +40,11 @@ Sun et al.'s motivating example: ``p = (1/3, 2/3)``, ``q = (2/3, 1/3)``, ``γ = 
 >>> from otbound.sequence import (block_acceptance, optimal_block_acceptance,
 ...     optimal_verification_acceptance)
 >>> p, q = [1 / 3, 2 / 3], [2 / 3, 1 / 3]
->>> [round(9 * block_acceptance(v, p, q, 2), 6) for v in ("token", "block", "traversal")]
+>>> [round(9 * block_acceptance(p, q, 2, verifier=v), 6) for v in ("token", "block", "traversal")]
 [10.0, 11.0, 11.0]
->>> round(9 * optimal_verification_acceptance(p, q, 2).value, 6)
+>>> round(9 * optimal_verification_acceptance(p, q, 2).acceptance, 6)
 11.0
->>> round(9 * optimal_block_acceptance(p, q, 2).value, 6)
+>>> round(9 * optimal_block_acceptance(p, q, 2).acceptance, 6)
 12.0
 """
 

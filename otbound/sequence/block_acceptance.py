@@ -26,6 +26,7 @@ import math
 
 import numpy as np
 
+from otbound._spellings import method_keyword
 from otbound.sequence._models import sequence_model
 from otbound.sequence._protocol import SequenceVerifier
 from otbound.sequence.block import BlockVerifier
@@ -70,7 +71,10 @@ def get_sequence_verifier(verifier: str | SequenceVerifier) -> SequenceVerifier:
         ) from None
 
 
-def block_acceptance(verifier: str | SequenceVerifier, p: object, q: object, gamma: int) -> float:
+@method_keyword("verifier")
+def block_acceptance(
+    p: object, q: object, gamma: int, *, verifier: str | SequenceVerifier
+) -> float:
     r"""Exact expected accepted draft tokens per iteration on a chain of ``γ`` drafts.
 
     .. math::
@@ -81,13 +85,14 @@ def block_acceptance(verifier: str | SequenceVerifier, p: object, q: object, gam
 
     Parameters
     ----------
-    verifier : str or SequenceVerifier
-        A name of :data:`SEQUENCE_VERIFIERS` (or an instance).
     p, q : array_like, shape (V,) or (rows, V)
         Context-independent target and draft laws, one vector for every position or one row
         per depth (``p`` needs ``γ + 1`` rows, the last for the bonus token).
     gamma : int
         Number of drafted tokens.
+    verifier : str or SequenceVerifier
+        A name of :data:`SEQUENCE_VERIFIERS` (or an instance). (The old order,
+        ``block_acceptance(verifier, p, q, gamma)``, warns and still works.)
 
     Returns
     -------
@@ -96,13 +101,16 @@ def block_acceptance(verifier: str | SequenceVerifier, p: object, q: object, gam
     Examples
     --------
     >>> p, q = [1 / 3, 2 / 3], [2 / 3, 1 / 3]  # Sun et al. 2025, the motivating example
-    >>> [round(block_acceptance(v, p, q, 2) * 9, 9) for v in ("token", "block")]
+    >>> [round(block_acceptance(p, q, 2, verifier=v) * 9, 9) for v in ("token", "block")]
     [10.0, 11.0]
     """
     return get_sequence_verifier(verifier).acceptance(p, q, gamma)
 
 
-def tree_acceptance(verifier: str | SequenceVerifier, p: object, q: object, tree: object) -> float:
+@method_keyword("verifier")
+def tree_acceptance(
+    p: object, q: object, tree: object, *, verifier: str | SequenceVerifier
+) -> float:
     """Exact expected accepted draft tokens per iteration on a draft tree.
 
     The tree's siblings are drawn from ``q`` without replacement
@@ -111,7 +119,7 @@ def tree_acceptance(verifier: str | SequenceVerifier, p: object, q: object, tree
     Examples
     --------
     >>> p, q, tree = [0.5, 0.3, 0.2], [0.2, 0.3, 0.5], [[0], [1], [0, 0]]
-    >>> [round(tree_acceptance(v, p, q, tree), 6) for v in ("token", "traversal")]
+    >>> [round(tree_acceptance(p, q, tree, verifier=v), 6) for v in ("token", "traversal")]
     [1.31, 1.37]
     """
     return get_sequence_verifier(verifier).acceptance(p, q, tree)
@@ -135,8 +143,9 @@ def token_acceptance(p: object, q: object, gamma: int) -> float:
     return float(np.cumprod(alphas).sum())
 
 
+@method_keyword("verifier")
 def sequence_law(
-    verifier: str | SequenceVerifier, p: object, q: object, tree: object
+    p: object, q: object, tree: object, *, verifier: str | SequenceVerifier
 ) -> dict[tuple[int, ...], float]:
     r"""Exact law of the first ``D + 1`` generated tokens: one iteration, then fresh target draws.
 
@@ -168,17 +177,19 @@ def sequence_law(
     return law
 
 
-def lossless_gap(verifier: str | SequenceVerifier, p: object, q: object, tree: object) -> float:
+@method_keyword("verifier")
+def lossless_gap(p: object, q: object, tree: object, *, verifier: str | SequenceVerifier) -> float:
     """Total variation between :func:`sequence_law` and the target's block law (0 iff lossless).
 
     Examples
     --------
-    >>> lossless_gap("traversal", [0.5, 0.3, 0.2], [0.2, 0.3, 0.5], [[0], [1], [0, 0]]) < 1e-12
+    >>> p, q, tree = [0.5, 0.3, 0.2], [0.2, 0.3, 0.5], [[0], [1], [0, 0]]
+    >>> lossless_gap(p, q, tree, verifier="traversal") < 1e-12
     True
     """
     verifier = get_sequence_verifier(verifier)
     model = verifier.model(p, q, tree)
     target = model.target_law(model.depth + 1)
-    law = sequence_law(verifier, p, q, tree)
+    law = sequence_law(p, q, tree, verifier=verifier)
     keys = set(target) | set(law)
     return 0.5 * math.fsum(abs(law.get(z, 0.0) - target.get(z, 0.0)) for z in keys)

@@ -62,6 +62,7 @@ tested): on Sun et al.'s example it is ``11/9``, strictly below the coupling bou
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -89,11 +90,12 @@ class SequenceBound:
 
     Attributes
     ----------
-    value : float
-        The LP optimum.
+    acceptance : float
+        The LP optimum: the bound on the expected accepted draft tokens per iteration.
+        (``value``, its old name, warns and still works.)
     per_depth : numpy.ndarray or None
         Coupling bound only: the per-depth bounds ``α*_k`` (``1 − TV(P_{1:k}, Q_{1:k})`` on a
-        chain), whose sum bounds ``value``.
+        chain), whose sum bounds ``acceptance``.
     draft_dual : dict
         Dual value ``u_X`` of each draft's marginal row.
     target_dual : dict
@@ -103,11 +105,21 @@ class SequenceBound:
         HiGHS's status line.
     """
 
-    value: float
+    acceptance: float
     per_depth: np.ndarray | None
     draft_dual: dict[Block, float] = field(repr=False)
     target_dual: dict[Block, float] = field(repr=False)
     message: str = ""
+
+    @property
+    def value(self) -> float:
+        """The old name of :attr:`acceptance` (deprecated: it goes in the next release)."""
+        warnings.warn(
+            "SequenceBound.value is deprecated: read SequenceBound.acceptance",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.acceptance
 
     @property
     def closed_form(self) -> float | None:
@@ -196,7 +208,7 @@ def _bound(
     """A :class:`SequenceBound` with the row duals split between drafts and targets."""
     n = len(drafts)
     return SequenceBound(
-        value=value,
+        acceptance=value,
         per_depth=per_depth,
         draft_dual=dict(zip(drafts, duals[:n].tolist(), strict=True)),
         target_dual=dict(zip(targets, duals[n:].tolist(), strict=True)),
@@ -226,7 +238,7 @@ def optimal_block_acceptance(p: object, q: object, gamma: int) -> SequenceBound:
     Examples
     --------
     >>> b = optimal_block_acceptance([1 / 3, 2 / 3], [2 / 3, 1 / 3], 2)  # Sun et al.'s example
-    >>> round(b.value * 9, 6), round(b.closed_form * 9, 6)
+    >>> round(b.acceptance * 9, 6), round(b.closed_form * 9, 6)
     (12.0, 12.0)
     """
     return _coupling_bound(sequence_model(p, q, gamma))
@@ -245,7 +257,7 @@ def optimal_tree_acceptance(
     Examples
     --------
     >>> b = optimal_tree_acceptance([1 / 3, 2 / 3], [2 / 3, 1 / 3], [[0], [1], [0, 0]])
-    >>> round(b.value, 6), [round(float(a), 6) for a in b.per_depth]
+    >>> round(b.acceptance, 6), [round(float(a), 6) for a in b.per_depth]
     (1.666667, [1.0, 0.666667])
     """
     return _coupling_bound(sequence_model(p, q, tree, drafting=drafting))
@@ -276,7 +288,7 @@ def optimal_verification_acceptance(
     Examples
     --------
     >>> b = optimal_verification_acceptance([1 / 3, 2 / 3], [2 / 3, 1 / 3], 2)  # the example
-    >>> round(b.value * 9, 6)  # block verification's 11/9, below the coupling bound's 12/9
+    >>> round(b.acceptance * 9, 6)  # block verification's 11/9, below the coupling bound's 12/9
     11.0
     """
     model = sequence_model(p, q, tree, drafting=drafting)

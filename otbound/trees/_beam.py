@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from otbound._spellings import method_keyword
 from otbound.verifiers.base import sample_tokens
 
 
@@ -82,27 +83,30 @@ def simulate_beam_call(
     return tokens + 1
 
 
+@method_keyword("verifier")
 def beam_block_efficiency(
-    verifier: Any,
     p: np.ndarray,
     q: np.ndarray,
     width: int,
     depth: int,
     trials: int = 2000,
     seed: object = 0,
+    *,
+    verifier: Any,
 ) -> float:
     """Mean tokens per call of an RSD-S beam of ``width`` and ``depth`` on one ``(p, q)``.
 
     Parameters
     ----------
-    verifier : verifier object
-        A verifier of the ``without_replacement`` design (``rrs_without_replacement``).
     p, q : numpy.ndarray, shape (V,)
         The target's and the draft's next-token distributions, the same at every node.
     width, depth : int
         ``W >= 1`` and ``D >= 0`` (``D = 0``: the bonus token only, 1).
     trials : int, default 2000
     seed : int or numpy.random.Generator
+    verifier : verifier object
+        A verifier of the ``without_replacement`` design (``rrs_without_replacement``). (The
+        old order, ``beam_block_efficiency(verifier, p, q, ...)``, warns and still works.)
 
     Returns
     -------
@@ -112,7 +116,8 @@ def beam_block_efficiency(
     --------
     >>> from otbound import get_verifier
     >>> p = q = np.array([0.5, 0.5])
-    >>> beam_block_efficiency(get_verifier("rrs_without_replacement"), p, q, 2, 3, trials=20)
+    >>> rrs = get_verifier("rrs_without_replacement")
+    >>> beam_block_efficiency(p, q, 2, 3, trials=20, verifier=rrs)
     4.0
     """
     if width < 1 or depth < 0 or trials < 1:

@@ -10,6 +10,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from otbound._checks import as_distribution_pair, broadcast_batch, clip_rounding
+from otbound._spellings import method_keyword
 from otbound.drafts import DraftDesign, get_design
 from otbound.drafts import top_tokens as _top_tokens
 from otbound.trees._shapes import as_count
@@ -27,7 +28,8 @@ EXACT_POSITIONAL = ("single", "rrs", "rrs_without_replacement", "topk")
 class PositionalAcceptance:
     """A verifier's positional acceptance, averaged over steps (:func:`positional_acceptance`).
 
-    Passes to :func:`block_efficiency` and :func:`best_tree` as its :attr:`values`.
+    Passes to :func:`block_efficiency` and :func:`best_tree` as its :attr:`values`; its
+    :attr:`acceptance` is their sum, the acceptance rate.
 
     Attributes
     ----------
@@ -56,6 +58,13 @@ class PositionalAcceptance:
     width: int | tuple[int, ...]
     steps: int
     trials: int
+
+    @property
+    def acceptance(self) -> float | np.ndarray:
+        """The acceptance rate ``α(width) = Σ_k a_k`` (per depth, an array, for per-depth
+        widths)."""
+        total = self.values.sum(axis=-1)
+        return float(total) if total.ndim == 0 else total
 
     def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
         return np.asarray(self.values, dtype=dtype)
@@ -157,14 +166,15 @@ def _as_widths(width: object) -> tuple[list[int], bool]:
     return widths, True
 
 
+@method_keyword("verifier")
 def positional_acceptance(
-    verifier: object,
     p: object,
     q: object,
     width: int | Sequence[int],
     trials: int = 100_000,
     seed: int = 0,
     *,
+    verifier: object,
     method: str = "auto",
 ) -> PositionalAcceptance:
     r"""Positional acceptance vector of a verifier: ``P(the accepted token is draft k)``.
@@ -195,8 +205,6 @@ def positional_acceptance(
 
     Parameters
     ----------
-    verifier : str or verifier object
-        A name in :data:`otbound.VERIFIERS` or an object with the verifier protocol.
     p, q : array_like, shape (V,) or (steps, V)
         Target and draft distributions (``q`` of shape ``(…, width, V)`` for ``per_slot``).
     width : int or sequence of int
@@ -208,6 +216,9 @@ def positional_acceptance(
         Monte Carlo trials per step and width.
     seed : int, default 0
         Step ``s`` at width ``w`` uses ``SeedSequence(seed, spawn_key=(s, w))``.
+    verifier : str or verifier object
+        A name in :data:`otbound.VERIFIERS` or an object with the verifier protocol. (The
+        old order, ``positional_acceptance(verifier, p, q, width)``, warns and still works.)
     method : {"auto", "exact", "monte_carlo"}, default "auto"
         ``"exact"`` raises where no exact path exists; ``"monte_carlo"`` simulates every verifier.
 
@@ -224,7 +235,7 @@ def positional_acceptance(
 
     Examples
     --------
-    >>> pa = positional_acceptance("rrs", [0.3, 0.4, 0.3], [0.6, 0.3, 0.1], width=2)
+    >>> pa = positional_acceptance([0.3, 0.4, 0.3], [0.6, 0.3, 0.1], width=2, verifier="rrs")
     >>> pa.method, [round(float(x), 4) for x in pa.values]  # α(1) = .7, α(2) = .82
     ('exact', [0.7, 0.12])
     """

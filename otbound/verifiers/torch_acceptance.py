@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from otbound._checks import as_num_drafts, batch_shape
+from otbound._spellings import method_keyword
 from otbound._torch_checks import (
     as_distribution_pair_torch,
     check_chunk_elements,
@@ -512,12 +513,13 @@ def serves(verifier: str, n: int) -> bool:
     return True
 
 
+@method_keyword("verifier")
 def verifier_acceptance_torch(
-    verifier: str,
     p: object,
     q: object,
     n: int = 2,
     *,
+    verifier: str,
     device: torch.device | str | None = None,
     chunk_elements: int = TORCH_CHUNK_ELEMENTS,
 ) -> torch.Tensor:
@@ -525,12 +527,13 @@ def verifier_acceptance_torch(
 
     Parameters
     ----------
-    verifier : str
-        A name in :data:`TORCH_VERIFIERS` (:func:`serves` tells which ``n``).
     p, q : torch.Tensor or array_like, shape (..., V)
         Target and draft distributions (batch axes broadcast), as
         :func:`otbound.bounds.torch_sweep.optimal_acceptance_torch` takes them.
     n : int, default 2
+    verifier : str
+        A name in :data:`TORCH_VERIFIERS` (:func:`serves` tells which ``n``). (The old order,
+        ``verifier_acceptance_torch(verifier, p, q, n)``, warns and still works.)
     device : torch.device or str, optional
         Where to compute; default ``p``'s device when it is a tensor, else the CPU.
     chunk_elements : int, default 4194304
@@ -552,7 +555,7 @@ def verifier_acceptance_torch(
     Examples
     --------
     >>> from otbound.verifiers.torch_acceptance import verifier_acceptance_torch
-    >>> a = verifier_acceptance_torch("rrs", [0.3, 0.4, 0.3], [0.6, 0.3, 0.1], n=2)
+    >>> a = verifier_acceptance_torch([0.3, 0.4, 0.3], [0.6, 0.3, 0.1], n=2, verifier="rrs")
     >>> round(float(a), 6)
     0.82
     """
