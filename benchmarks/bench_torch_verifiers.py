@@ -69,7 +69,7 @@ def main() -> None:
                     n,
                     lambda name=name, n=n: numpy_rows(name, rows, n),
                     lambda name=name, n=n: verifier_acceptance_torch(
-                        name, p_t, q_t, n, chunk_elements=run.chunk_elements
+                        p_t, q_t, n, chunk_elements=run.chunk_elements, verifier=name
                     ),
                 )
 

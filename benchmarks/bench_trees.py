@@ -58,12 +58,12 @@ def main() -> None:
         ("kseq", 4, 100_000),
     ):
         kwargs = {"trials": trials} if trials else {}
-        positional_acceptance(name, p[:1], q[:1], width, **kwargs)  # compile and warm up
+        positional_acceptance(p[:1], q[:1], width, **kwargs, verifier=name)  # compile and warm up
         seconds = best_of(
             args.repeats,
-            lambda n=name, w=width, k=kwargs: positional_acceptance(n, p, q, w, **k),
+            lambda n=name, w=width, k=kwargs: positional_acceptance(p, q, w, **k, verifier=n),
         )
-        result = positional_acceptance(name, p, q, width, **kwargs)
+        result = positional_acceptance(p, q, width, **kwargs, verifier=name)
         print(
             f"{name:26s} width {width}  {1e3 * seconds / args.steps:9.2f} ms  ({result.method}; "
             f"α = {result.values.sum():.4f})"
