@@ -134,9 +134,11 @@ def forward_swaps(values, mass, gain, starts):  # type: ignore[no-untyped-def]  
                     source, spare = ahead, mass[ahead] - slope * gain[ahead]
                     ahead += 1
                     continue
-                step = min(spare, need)
+                step = min(spare, need)  # one of the two becomes exactly 0 below
                 gap = values[source] - values[k]
                 if gap > 0.0:
+                    if count == giver.shape[0]:  # cannot happen: each swap ends a slot's part
+                        raise ValueError("level rule: more swaps than two per slot")
                     giver[count] = source
                     taker[count] = k
                     measure[count] = step / gap
