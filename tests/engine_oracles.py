@@ -155,9 +155,12 @@ def oracle(name, p, q, temperature=1.0, top_k=None, top_p=None, n=1, **settings)
         outcome = sglang_branches(P, siblings, settings.get("threshold_single", 1.0), t_acc)
         law = {x: w for x, w in outcome.items() if x is not None}
         rest = sum(P[y] for y in range(vocab) if y not in siblings)
+        # every sibling rejected: P off the siblings (none left: the siblings' masses summed
+        # to 1 but for rounding, and the last coin's sliver of rejection is that rounding)
         for y in range(vocab):
-            if y not in siblings and outcome.get(None, 0.0) > 0:
+            if y not in siblings and outcome.get(None, 0.0) > 0 and rest > 0:
                 add(law, y, outcome[None] * P[y] / rest)
+        assert rest > 0 or outcome.get(None, 0.0) <= 1e-12, "siblings cover P, yet rejected"
         accepted = sum(law.get(x, 0.0) for x in siblings)
     else:
         raise KeyError(name)

@@ -43,6 +43,54 @@ def test_law_and_acceptance_equal_brute_force(name):
     assert checked >= 20
 
 
+#: Rows with ties and zeros in dyadic masses (sums are exact, so top-p's cut falls exactly on a
+#: token): a tie at top-k's k-th token and at top-p's cut, an all-tied target, zeros on both
+#: sides.
+TIED_ROWS = (
+    ([0.375, 0.25, 0.25, 0.125, 0.0], [0.125, 0.25, 0.25, 0.375, 0.0]),
+    ([0.25, 0.25, 0.25, 0.25, 0.0], [0.5, 0.25, 0.25, 0.0, 0.0]),
+    ([0.5, 0.25, 0.25, 0.0, 0.0], [0.25, 0.25, 0.5, 0.0, 0.0]),
+)
+TIED_SETTINGS = (
+    {},
+    {"top_k": 2},
+    {"top_k": 1},
+    {"top_p": 0.625},
+    {"top_p": 0.5},
+    {"temperature": 0},
+    {"temperature": 0.5, "top_k": 3},
+)
+
+
+@pytest.mark.parametrize("name", ENGINE_RULES)
+def test_ties_and_zeros_equal_brute_force(name):
+    """Top-k keeps every token tied with the k-th, top-p breaks a tie at its cut by the lower
+    id, the argmax of a tie is the lower id, and tokens of mass zero stay out, as the oracle's
+    plain loops do."""
+    for p, q in TIED_ROWS:
+        for settings in TIED_SETTINGS:
+            rule = get_engine_rule(name, **settings)
+            for n in _ns(name):
+                law, acceptance = oracle(name, p, q, n=n, **settings)
+                got = rule.output_law(np.array(p), np.array(q), n)
+                assert np.abs(got - law).max() <= 1e-12, (p, settings, n)
+                assert rule.acceptance(np.array(p), np.array(q), n) == pytest.approx(
+                    acceptance, abs=1e-12
+                )
+
+
+def test_an_undefined_residual_draw_is_refused_in_one_line():
+    """llama.cpp's example pairs the two filtered lists by position: here every pair cancels,
+    the residual has no mass over three tokens, and the draft is rejected for sure."""
+    p, q = np.array([0.5, 0.0, 0.25, 0.25, 0.0]), np.array([0.0, 0.5, 0.25, 0.0, 0.25])
+    rule = get_engine_rule("llamacpp_example")
+    with pytest.raises(ValueError, match=r"llamacpp_example: .*the engine's draw is undefined"):
+        rule.output_law(p, q)
+    with pytest.raises(ValueError) as caught:
+        rule.acceptance(p, q)
+    assert "\n" not in str(caught.value)
+
+
 @pytest.mark.parametrize(("single", "acc"), [(0.3, 1.0), (0.2, 0.6), (1.0, 0.4)])
 def test_sglang_thresholds_equal_brute_force(single, acc):
     """Both thresholds below 1, so that ``threshold_single`` decides some siblings."""
