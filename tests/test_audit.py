@@ -1,11 +1,13 @@
 """The audit: its verdicts on lossless and lossy rules (exact and Monte Carlo, with the power
-it states), the HF raw-``q`` mechanism, a user's function with a planted bug, block rules on
-chains, bad rules in one line, and the ``otbound audit`` command."""
+it states, met by the least detectable law; one lossy step among many), the HF raw-``q``
+mechanism, a user's function with a planted bug, block rules on chains, bad rules in one line,
+and the ``otbound audit`` command."""
 
 from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -200,6 +202,58 @@ def test_the_stated_power_is_the_noncentral_chi_square():
         tv = 0.5 * np.abs(r - p).sum()
         assert ((r - p) ** 2 / p).sum() >= 4 * tv**2 - 1e-12
     assert math.isinf(detectable_tv(0, 100, 1e-5, 0.99))
+
+
+#: A dyadic target whose two likeliest tokens hold exactly half the mass.
+HALVES = np.array([0.25, 0.25, 0.125, 0.125, 0.125, 0.0625, 0.0625, 0.0])
+
+
+class Tilted:
+    """A rule whose output law is ``p (1 ± 2 tv)``: up on the tokens of ``p ≥ 1/4`` (half the
+    mass), down on the others, on the steps whose draft is in ``rows``; ``p`` elsewhere. The
+    least detectable law at its ``tv``: ``Σ (r − p)² / p = 4 tv²``, Cauchy–Schwarz's equality."""
+
+    name, design = "tilted", "iid"
+
+    def __init__(self, tv: float, rows: list[np.ndarray]) -> None:
+        self.tv, self.rows = tv, rows
+
+    def simulate(self, p, q, n, trials, seed):
+        rng = np.random.default_rng(seed)
+        drafts = rng.choice(p.size, size=(trials, n), p=q)
+        tilted = any(np.allclose(q, row, rtol=0, atol=1e-15) for row in self.rows)
+        law = p * (1 + 2 * self.tv * np.where(p >= 0.25, 1, -1)) if tilted else p
+        tokens = rng.choice(p.size, size=trials, p=law)
+        return SimpleNamespace(tokens=tokens, accepted=(drafts == tokens[:, None]).any(axis=1))
+
+
+def _halves(steps: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(21)
+    p = np.stack([rng.permutation(HALVES) for _ in range(steps)])
+    return p, rng.dirichlet(np.ones(HALVES.size), size=steps)
+
+
+def test_the_stated_power_is_met_by_the_least_detectable_law():
+    """The audit of 2 steps × 150,000 trials states the TV it detects with probability 0.99
+    (at most 0.01): a law 1.2 times that far, of the shape hardest to detect, is flagged."""
+    p, q = _halves(2)
+    clean = ob.audit(Tilted(0.0, list(q)), p, q, trials=150_000)
+    stated = clean.tv_detectable
+    assert clean.lossless and stated <= 0.01
+    tilted = ob.audit(Tilted(1.2 * stated, list(q)), p, q, trials=150_000)
+    assert not tilted.lossless and tilted.p_value < 1e-5, tilted.message
+    assert tilted.tv_detectable == stated
+
+
+def test_one_lossy_step_among_many_is_flagged_by_its_own_test():
+    """200 steps × 5,000 trials, one of them off by TV 0.069 (noncentrality 95): pooled over
+    the steps the deviation does not reach significance, the step's own p-value is below
+    significance / 200 (Bonferroni), and the verdict is LOSSY, with that step the worst."""
+    p, q = _halves(200)
+    result = ob.audit(Tilted(0.069, [q[5]]), p, q, trials=5_000)
+    assert result.p_value >= 1e-5 and not result.lossless, result.message
+    assert result.steps["p_value"].idxmin() == 5 and result.worst["step"].iloc[0] == 5
+    assert result.steps["p_value"][5] < 1e-5 / 200
 
 
 def test_the_dump_audit_equals_the_row_audit():
