@@ -192,6 +192,22 @@ def test_nothing_to_analyse_here_means_no_warm_up(
             assert not compiled
 
 
+def test_a_failing_warm_up_leaves_the_error_to_the_run(
+    small_dump: ob.dumps.Dump, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The warm-up analyses steps that the run analyses again: an error there (a bad shard, a
+    bug) is not raised from the warm-up, since the run meets those steps and reports it its
+    own way."""
+
+    def fail(*args: Any, **kwargs: Any) -> None:
+        raise ValueError("a bad step")
+
+    monkeypatch.setattr(first_run, "kernels_cold", lambda: True)
+    monkeypatch.setattr(first_run, "analyse_shard", fail)
+    with first_run.kernels_compiled(small_dump, {0: 5}, SMALL, announce=False) as compiled:
+        assert compiled
+
+
 @pytest.mark.slow
 def test_a_fresh_cache_prints_the_message_once(tmp_path: Path) -> None:
     """The real thing: ``otbound bounds`` in fresh processes on an empty ``NUMBA_CACHE_DIR``
