@@ -190,5 +190,7 @@ def ratio_argsort(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     [0, 2]
     """
     live = np.flatnonzero(q > 0)
-    order: np.ndarray = live[stable_argsort(p[live] / q[live])]
+    with np.errstate(over="ignore"):  # p / q of a subnormal q is +inf: last, as it should be
+        ratio = p[live] / q[live]
+    order: np.ndarray = live[stable_argsort(ratio)]
     return order

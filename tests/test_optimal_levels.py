@@ -271,6 +271,19 @@ def test_torch_acceptance_equals_numpy_on_extreme_rows(kind):
         np.testing.assert_allclose(got, star, rtol=0, atol=1e-12)
 
 
+def test_a_subnormal_q_takes_the_top_slot_without_a_warning():
+    """``p / q`` overflows to ``+inf`` where ``q`` is subnormal: that token takes the top slot
+    (its ratio is the largest) and no RuntimeWarning reaches the user."""
+    import warnings
+
+    p, q = np.array([0.5, 0.25, 0.25]), np.array([5e-324, 0.5, 0.5])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        rule = level_rule(p, q, 2)
+        value = level_rule_acceptance(p, q, 2)
+    assert rule.order[0] == 0 and value == pytest.approx(ob.optimal_acceptance(p, q, n=2))
+
+
 def _outputs_follow_p(tokens: np.ndarray, p: np.ndarray) -> float:
     """Chi-square p-value of ``tokens`` against ``p`` (tokens of expected count < 5 pooled);
     a token with ``p = 0`` must never come out."""
@@ -348,7 +361,7 @@ def test_lossless_at_32000_tokens_with_power_099_at_tv_001():
     assert detectable_tv(bins - 1, trials, 1e-5, 0.99) <= 0.01
     sim = verifier.simulate(p, q, n=4, trials=trials, seed=1)
     assert _coarse_p_value(sim.tokens, p, bins) > 1e-5
-    assert ob.check_lossless(verifier, p, q, n=4, trials=trials, seed=2).passed
+    assert ob.check_lossless(p, q, n=4, trials=trials, seed=2, verifier=verifier).passed
     # the acceptance it reports is what it does
     assert sim.accepted.mean() == pytest.approx(verifier.acceptance(p, q, 4), abs=0.005)
 
@@ -368,7 +381,7 @@ def test_a_residual_off_by_one_token_is_caught(monkeypatch):
         return np.where(kept, out, (out + 1) % p.size)
 
     monkeypatch.setattr(rule_module, "single_draft_test", shifted)
-    result = ob.check_lossless(OptimalTransport(), p, q, n=2, trials=200_000, seed=3)
+    result = ob.check_lossless(p, q, n=2, trials=200_000, seed=3, verifier=OptimalTransport())
     assert not result.passed
 
 
