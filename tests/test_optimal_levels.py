@@ -68,11 +68,12 @@ def _race(rule, drafts: tuple[int, ...]) -> np.ndarray:
     n = len(drafts)
     out = np.zeros(n)
     choices = []
+    start, slot, cumulative, _ = rule.tables
     for token in drafts:
         k = rule.position[token]
-        lo, hi = rule.start[k], rule.start[k + 1]
-        shares = np.diff(np.concatenate([[0.0], rule.cumulative[lo:hi]]))
-        choices.append(list(zip(rule.slot[lo:hi], shares, strict=True)))
+        lo, hi = start[k], start[k + 1]
+        shares = np.diff(np.concatenate([[0.0], cumulative[lo:hi]]))
+        choices.append(list(zip(slot[lo:hi], shares, strict=True)))
     for combo in itertools.product(*choices):
         weight = np.prod([share for _, share in combo])
         top = min(slot for slot, _ in combo)
@@ -159,14 +160,15 @@ def test_the_sampled_selection_follows_the_race():
     while checked < 6:
         p, q = rng.dirichlet(np.ones(5)), rng.dirichlet(np.ones(5))
         rule = level_rule(p, q, 3)
-        shared = [k for k in range(rule.order.size) if rule.start[k + 1] - rule.start[k] > 1]
+        start, slot, _, _ = rule.tables
+        shared = [k for k in range(rule.order.size) if start[k + 1] - start[k] > 1]
         if not shared:
             continue
         owner = rule.order[shared[0]]
-        partner = rule.order[rule.slot[rule.start[shared[0]] + 1]]
+        partner = rule.order[slot[start[shared[0]] + 1]]
         drafts = (owner, partner, owner)
         chance = _race(rule, drafts)
-        picked = rule.select(np.tile(drafts, (200_000, 1)), np.random.default_rng(checked))
+        picked, _ = rule.select(np.tile(drafts, (200_000, 1)), np.random.default_rng(checked))
         observed = np.array([np.sum(picked == t) for t in (owner, partner)])
         expected = np.array([chance[0] + chance[2], chance[1]]) * picked.size
         keep = expected > 0
@@ -189,15 +191,33 @@ def test_the_enumeration_sees_a_wrong_marginal():
 
 
 def _swaps(p: np.ndarray, q: np.ndarray, n: int) -> dict[str, np.ndarray]:
-    """The rule's slots, blocks and swaps from its kernels, in slot order."""
-    from otbound.selection._kernels import convex_minorant_blocks, forward_swaps, slot_values
+    """The rule's slots, blocks and swaps in slot order: each swap as its giver (the upper
+    slot) holds it in its level law, checked equal to what the taker holds of it."""
+    from otbound.selection._kernels import convex_minorant_blocks, slot_values
 
-    order = level_rule(p, q, n).order
-    q_sorted, p_sorted = q[order], p[order]
+    rule = level_rule(p, q, n)
+    q_sorted, p_sorted = q[rule.order], p[rule.order]
     _, values = slot_values(q_sorted, n)
     mass = q_sorted * values
     starts = convex_minorant_blocks(p_sorted, mass)
-    giver, taker, measure = forward_swaps(values, mass, p_sorted, starts)
+    held = [rule.pieces(token) for token in rule.order]  # each owner's slots and measures
+    down = sorted(
+        (k, j, m)
+        for k, (slots, ms) in enumerate(held)
+        for j, m in zip(slots[1:], ms[1:], strict=True)
+        if j > k
+    )
+    up = sorted(
+        (j, k, m)
+        for k, (slots, ms) in enumerate(held)
+        for j, m in zip(slots[1:], ms[1:], strict=True)
+        if j < k
+    )
+    assert [(a, b) for a, b, _ in down] == [(a, b) for a, b, _ in up]  # each swap, both ends
+    assert [m for *_, m in down] == [m for *_, m in up]  # the same measure, bit for bit
+    giver = np.array([a for a, _, _ in down], dtype=np.int64)
+    taker = np.array([b for _, b, _ in down], dtype=np.int64)
+    measure = np.array([m for *_, m in down])
     named = {"q": q_sorted, "p": p_sorted, "mass": mass, "starts": starts}
     return {**named, "giver": giver, "taker": taker, "measure": measure}
 
@@ -222,12 +242,13 @@ def test_swaps_fit_their_slots_and_use_each_slot_once(kind):
             given = np.bincount(giver, measure, size) + np.bincount(taker, measure, size)
             assert np.all(given <= s["q"] * (1 + 1e-12)), (n, (given / s["q"]).max())
             swapped += giver.size
-            owner = np.repeat(np.arange(size), np.diff(rule.start))
-            share = np.diff(rule.cumulative, prepend=0.0)
-            share[rule.start[:-1]] = rule.cumulative[rule.start[:-1]]  # each owner from 0
-            used = np.bincount(rule.slot, share * s["q"][owner], size)
+            start, slot, cumulative, _ = rule.tables
+            owner = np.repeat(np.arange(size), np.diff(start))
+            share = np.diff(cumulative, prepend=0.0)
+            share[start[:-1]] = cumulative[start[:-1]]  # each owner from 0
+            used = np.bincount(slot, share * s["q"][owner], size)
             scale = s["q"].copy()  # rounding: of the largest length a piece is a share of
-            np.maximum.at(scale, rule.slot, s["q"][owner])
+            np.maximum.at(scale, slot, s["q"][owner])
             assert np.all(np.abs(used - s["q"]) <= 1e-12 * scale), n
             r = rule.selection[rule.order]
             for lo, hi in zip(s["starts"][:-1], s["starts"][1:], strict=True):
@@ -246,10 +267,11 @@ def test_slots_thinner_than_a_float_stay_ordered():
     q = np.array([1e-20, 1e-20, 0.5, 0.5 - 2e-20])
     rule = level_rule(p, q, 3)
     assert rule.position[[0, 1]].tolist() == [0, 1]
-    assert rule.start[1] - rule.start[0] == 1 == rule.start[2] - rule.start[1]  # no swaps
+    start = rule.tables[0]
+    assert start[1] - start[0] == 1 == start[2] - start[1]  # no swaps
     for drafts in ((1, 0, 2), (0, 1, 2), (1, 1, 0)):
         chance = _race(rule, drafts)
-        picked = rule.select(np.tile(drafts, (2_000, 1)), np.random.default_rng(0))
+        picked, _ = rule.select(np.tile(drafts, (2_000, 1)), np.random.default_rng(0))
         assert np.all(picked == 0) and chance[drafts.index(0)] == 1.0
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from otbound.selection.rule import SelectionRule, residual_cdf
+from otbound.selection.rule import SelectionRule
 
 __all__ = ["LEVEL_RULE_DESIGNS", "has_level_rule", "level_rule", "level_rule_acceptance"]
 
@@ -101,38 +101,28 @@ def _slot_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 
 def _iid_rule(p: np.ndarray, q: np.ndarray, n: int, design: str) -> SelectionRule:
-    """Steps 1-3 of the module docstring on the tokens with ``q > 0``."""
+    """Steps 1-3 of the module docstring on the tokens with ``q > 0``: the slots, their
+    blocks and each block's line of transfers (the level laws follow from it on demand)."""
     from otbound.selection._kernels import (  # numba
         convex_minorant_blocks,
-        forward_swaps,
-        level_pieces,
         slot_values,
+        transfer_ledger,
     )
 
     order = _slot_order(p, q)
     q_sorted, p_sorted = q[order], p[order]
     _, values = slot_values(q_sorted, n)
     mass = q_sorted * values
-    if n == 1:  # one draft: it is selected, r = q
-        giver = taker = np.empty(0, dtype=np.int64)
-        measure = np.empty(0)
-    else:
-        starts = convex_minorant_blocks(p_sorted, mass)
-        giver, taker, measure = forward_swaps(values, mass, p_sorted, starts)
-    start, slot, cumulative, selected = level_pieces(q_sorted, values, giver, taker, measure)
-    position = np.full(p.size, -1, dtype=np.int64)
-    position[order] = np.arange(order.size)
-    selection = np.zeros(p.size)
-    selection[order] = selected
+    blocks = np.array([0, order.size], dtype=np.int64)  # one draft: r = q, no transfer
+    if n > 1:
+        blocks = convex_minorant_blocks(p_sorted, mass)
+    gain = p_sorted if n > 1 else np.zeros_like(p_sorted)
     return SelectionRule(
         design=design,
         n=n,
-        order=order,
-        position=position,
-        start=start,
-        slot=slot,
-        cumulative=cumulative,
-        selection=selection,
         target=p,
-        rest_cdf=residual_cdf(p, selection),
+        order=order,
+        q_sorted=q_sorted,
+        values=values,
+        ledger=transfer_ledger(mass, gain, blocks),
     )

@@ -24,6 +24,7 @@ with probability ``s^{n−1}``. :mod:`otbound.selection.levels` builds the laws.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -76,51 +77,96 @@ def single_draft_test(
 
 @dataclass(frozen=True)
 class SelectionRule:
-    r"""The level rule of one step: every draft's level law and the exact selection marginal.
+    r"""The level rule of one step: every draft's level law, built on demand.
+
+    The set-up (:func:`otbound.selection.level_rule`) keeps the slots in order, their values
+    and each block's line of transfers (:func:`~otbound.selection._kernels.transfer_ledger`);
+    a selection finds the drafted tokens' level laws by bisection on it, so a verification
+    costs ``O(n log V)`` and no step builds every token's law unless asked
+    (:attr:`tables`, :attr:`selection`).
 
     Attributes
     ----------
     design : str
-        The draft design whose marginal ``selection`` is.
+        The draft design whose marginal :attr:`selection` is.
     n : int
         The number of drafts.
-    order : numpy.ndarray of int64, shape (m,)
-        The tokens with ``q > 0`` in slot order (decreasing ``p / q``; position 0 is the top).
-    position : numpy.ndarray of int64, shape (V,)
-        Each token's slot position, ``-1`` where ``q = 0``.
-    start, slot, cumulative : numpy.ndarray
-        The pieces of the level laws (CSR): the owner at position ``k`` holds the pieces
-        ``start[k]:start[k + 1]``, each of slot position ``slot[j]`` with cumulative share
-        ``cumulative[j]`` of its measure.
-    selection : numpy.ndarray, shape (V,)
-        ``r(z) = P(Z = z)`` under the design, exact to rounding.
     target : numpy.ndarray, shape (V,)
         ``p``.
-    rest_cdf : numpy.ndarray, shape (V,)
-        :func:`residual_cdf` of ``p`` and ``r``.
+    order : numpy.ndarray of int64, shape (m,)
+        The tokens with ``q > 0`` in slot order (decreasing ``p / q``; position 0 is the top).
+    q_sorted, values : numpy.ndarray, shape (m,)
+        ``q`` in slot order and the slots' values ``v_k``.
+    ledger : tuple of numpy.ndarray
+        The blocks' transfers (:func:`~otbound.selection._kernels.transfer_ledger`).
     """
 
     design: str
     n: int
-    order: np.ndarray
-    position: np.ndarray
-    start: np.ndarray
-    slot: np.ndarray
-    cumulative: np.ndarray
-    selection: np.ndarray
     target: np.ndarray
-    rest_cdf: np.ndarray
+    order: np.ndarray
+    q_sorted: np.ndarray
+    values: np.ndarray
+    ledger: tuple[np.ndarray, ...]
+
+    @cached_property
+    def position(self) -> np.ndarray:
+        """Each token's slot position, ``-1`` where ``q = 0`` (shape (V,))."""
+        out = np.full(self.target.size, -1, dtype=np.int64)
+        out[self.order] = np.arange(self.order.size)
+        return out
+
+    @cached_property
+    def tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(start, slot, cumulative, selected)``: every owner's pieces (CSR, its own slot
+        first; cumulative shares of its measure) and every slot's selection mass
+        (:func:`~otbound.selection._kernels.level_tables`)."""
+        from otbound.selection._kernels import level_tables  # numba
+
+        tables: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = level_tables(
+            self.q_sorted, self.values, self.ledger
+        )
+        return tables
+
+    @cached_property
+    def selection(self) -> np.ndarray:
+        """``r(z) = P(Z = z)`` under the design, exact to rounding (shape (V,))."""
+        out = np.zeros(self.target.size)
+        out[self.order] = self.tables[3]
+        return out
+
+    @cached_property
+    def rest_cdf(self) -> np.ndarray:
+        """:func:`residual_cdf` of ``p`` and the blocks' targets ``c_j p`` (``r`` to rounding)."""
+        excess = self.ledger[0]
+        aimed = np.zeros(self.target.size)
+        aimed[self.order] = self.q_sorted * self.values - excess
+        return residual_cdf(self.target, aimed)
+
+    def pieces(self, token: int) -> tuple[np.ndarray, np.ndarray]:
+        """A drafted token's level law: the slot positions of its pieces (its own first) and
+        the measure it holds of each (summing to its ``q``, to rounding)."""
+        from otbound.selection._kernels import own_pieces  # numba
+
+        k = int(self.position[token])
+        if k < 0:
+            raise ValueError(f"token {token} has q = 0: the design never draws it")
+        room = self.order.size + 1
+        slots, measures = np.empty(room, dtype=np.int64), np.empty(room)
+        count, _, _ = own_pieces(k, self.q_sorted, self.values, self.ledger, slots, measures)
+        return slots[:count].copy(), measures[:count].copy()
 
     def residual(self) -> np.ndarray:
         """``(p − r)⁺ / ‖(p − r)⁺‖₁``: where a rejected selection's replacement is drawn."""
-        return residual(self.target, self.selection)
+        return np.diff(self.rest_cdf, prepend=0.0)
 
     def acceptance(self) -> float:
         """``Σ min(p, r)``: the chance the selected draft passes its test."""
         return float(np.minimum(self.target, self.selection).sum())
 
-    def select(self, drafts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """The selected token of each row of ``drafts`` (trials, n): the highest level wins."""
+    def select(self, drafts: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """The selected token of each row of ``drafts`` (trials, n), the highest level winning,
+        and its selection mass ``r``."""
         from otbound.selection._kernels import select_levels  # numba
 
         positions = self.position[drafts]
@@ -128,14 +174,18 @@ class SelectionRule:
             raise ValueError("drafts contain a token with q = 0, which the design never draws")
         if drafts.shape[1] == 1:  # one draft: it is selected (no randomness spent on it)
             only: np.ndarray = drafts[:, 0].copy()
-            return only
+            return only, self.q_sorted[positions[:, 0]].copy()  # r = q
         piece_u = rng.random(drafts.shape)
         level_u = rng.random(drafts.shape)
-        index = select_levels(positions, self.start, self.slot, self.cumulative, piece_u, level_u)
+        index, mass = select_levels(
+            positions, self.q_sorted, self.values, self.ledger, piece_u, level_u
+        )
         chosen: np.ndarray = drafts[np.arange(drafts.shape[0]), index]
-        return chosen
+        return chosen, mass
 
     def verify(self, drafts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """The output token of each row of ``drafts``: a selection, then its single-draft test."""
-        selected = self.select(drafts, rng)
-        return single_draft_test(selected, self.target, self.selection, rng, self.rest_cdf)
+        selected, mass = self.select(drafts, rng)
+        r = np.zeros(self.target.size)
+        r[selected] = mass  # r at the selected tokens: all the test reads of it
+        return single_draft_test(selected, self.target, r, rng, self.rest_cdf)

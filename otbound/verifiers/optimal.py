@@ -220,8 +220,9 @@ class OptimalTransport(BaseVerifier):
     ) -> int:
         if self.uses_levels(len(drafts)):  # select, then single-draft sampling (as ``single``)
             rule = self.rule(p, q, len(drafts))
-            z = int(rule.select(drafts[None, :], rng)[0])
-            if rng.random() < min(1.0, p[z] / rule.selection[z]):
+            chosen, mass = rule.select(drafts[None, :], rng)
+            z = int(chosen[0])
+            if rng.random() < min(1.0, p[z] / mass[0]):
                 return z
             return int(sample_tokens(rule.residual(), rng.random()))
         plan = self.plan(p, q, len(drafts))
