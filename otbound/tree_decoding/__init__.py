@@ -16,7 +16,12 @@ module             job
 ``_grow``          the draft model grows the tree with a draft design
 ``_walk``          the verifier walks the tree (pure numpy); sequence-level verifiers
 ``_specs``         named trees and the ``binary:1-5,ternary:1-3`` syntax
+``_config``        the settings of a run (:class:`TreeDecodingConfig`)
 ``_run``           the decoding loop over prompts, verifiers and trees
+``_jobs``          a run's inputs, checkpoint and loop over (verifier, tree) jobs
+``_systems``       a dynamic run's systems, their checkpoint keys and predictions
+``_prediction``    the prediction's inputs at each call's root
+``_result``        what a run returns: the per-call columns, the result
 ``_resume``        checkpoints: one file per finished (verifier, tree) pair, fingerprinted
 ``_summary``       tokens per call with intervals, prediction and bound
 ``_differences``   pairs of runs on the same prompts: the difference and its paired interval
@@ -35,7 +40,7 @@ import this package, and the layout, mask, walk and summary work without torch.
 
 from typing import TYPE_CHECKING
 
-from otbound import _lazy_exports
+from otbound._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from otbound.tree_decoding._budget import (
@@ -70,6 +75,7 @@ if TYPE_CHECKING:
         DYNAMIC_STEP_COLUMNS,
         STEP_COLUMNS,
         TREE_VERIFIERS,
+        TreeDecodingConfig,
         TreeDecodingResult,
         decode_tree,
         not_applicable_reason,
@@ -94,7 +100,7 @@ if TYPE_CHECKING:
         walk_tree,
     )
 else:
-    __getattr__, __dir__ = _lazy_exports(
+    __getattr__, __dir__ = lazy_exports(
         __name__,
         {
             "otbound.tree_decoding._budget": (
@@ -129,6 +135,7 @@ else:
                 "DYNAMIC_STEP_COLUMNS",
                 "STEP_COLUMNS",
                 "TREE_VERIFIERS",
+                "TreeDecodingConfig",
                 "TreeDecodingResult",
                 "decode_tree",
                 "not_applicable_reason",
@@ -175,6 +182,7 @@ __all__ = [
     "SequenceTreeVerifier",
     "StoppingPolicy",
     "System",
+    "TreeDecodingConfig",
     "TreeDecodingResult",
     "TreeInputs",
     "TreeLayout",

@@ -29,7 +29,13 @@ class BeamPrediction:
         return [
             {
                 "beam_prediction": beam_block_efficiency(
-                    self.verifier, p[b], q[b], self.width, self.depth, self.trials, self.rng
+                    p[b],
+                    q[b],
+                    self.width,
+                    self.depth,
+                    self.trials,
+                    self.rng,
+                    verifier=self.verifier,
                 )
             }
             for b in range(p.shape[0])

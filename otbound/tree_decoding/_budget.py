@@ -50,7 +50,7 @@ import pandas as pd
 
 from otbound._checks import clip_rounding
 from otbound.stats import cluster_mean_interval
-from otbound.tree_decoding._summary import TREE_KEYS, _mean_matrix
+from otbound.tree_decoding._summary import TREE_KEYS, mean_matrix
 from otbound.trees import block_efficiency, bound_block_efficiency
 
 #: Keys of a system's rows (after :data:`TREE_KEYS`).
@@ -226,7 +226,7 @@ def _predicted(part: pd.DataFrame) -> float:
         return extra + float(part["beam_prediction"].mean())
     if "positional" not in part:
         return float("nan")
-    positional = _mean_matrix(part["positional"])
+    positional = mean_matrix(part["positional"])
     paths = _subtree(part)
     extra = 1.0 if str(part["root"].iloc[0]) == "target" else 0.0
     if not paths:
@@ -240,7 +240,7 @@ def _predicted(part: pd.DataFrame) -> float:
 def _bound(part: pd.DataFrame) -> float:
     if str(part["stopping"].iloc[0]) != "fixed" or "alpha_star" not in part:
         return float("nan")
-    stars = _mean_matrix(part["alpha_star"])
+    stars = mean_matrix(part["alpha_star"])
     paths = _subtree(part)
     extra = 1.0 if str(part["root"].iloc[0]) == "target" else 0.0
     if not paths:

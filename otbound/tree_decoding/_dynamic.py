@@ -84,12 +84,12 @@ from typing import Any, cast
 import numpy as np
 
 from otbound.drafts import get_design
+from otbound.tree_decoding._calls import DecodeRow, RowsCall, call_record
 from otbound.tree_decoding._layout import TreeLayout
-from otbound.tree_decoding._scorer import make_scorer
 from otbound.tree_decoding._scoring import NodeDistributions
 from otbound.tree_decoding._specs import FAMILIES
 from otbound.tree_decoding._stopping import StoppingPolicy, entropy
-from otbound.tree_decoding._streams import RandomSource, row_generators
+from otbound.tree_decoding._streams import RandomSource
 from otbound.tree_decoding._walk import WalkResult, walk_from
 from otbound.trees import kary_tree
 from otbound.verifiers.base import sample_drafts, sample_tokens
@@ -352,135 +352,174 @@ def grow_system(
     """
     rngs = [rng] * rows if isinstance(rng, np.random.Generator) else list(rng)
     depth, fixed_parent = _slots(system)
-    layout = RowsLayout(rows, depth)
-    n = layout.size
-    tokens = np.zeros((rows, n), dtype=np.int64)
-    q: list[dict[int, np.ndarray]] = [{} for _ in range(rows)]
-    feats: list[dict[int, np.ndarray]] = [{} for _ in range(rows)]
-    tok_prob = np.ones((rows, n + 1))  # by layout row: row 0 is the root
-    path_prob = np.ones((rows, n + 1))
-    parent_top = np.ones((rows, n + 1))
-    parent_ent = np.zeros((rows, n + 1))
-    gval = np.zeros((rows, n + 1))  # beams: perturbed log-probabilities G
-    logpath = np.zeros((rows, n + 1))
-    draft_calls = np.zeros(rows, dtype=np.int64)
+    growth = _Growth(system, rows, depth)
     spec = get_design(design)
-    target_root = system.root == "target"
-    t_ent = np.zeros(rows)
-    level_rows: list[int]
-    if target_root:
+    start = 0
+    if system.root == "target":
         if p_root is None:
             raise ValueError("a target root needs the target's root distributions")
-        for b in range(rows):
-            x = int(sample_tokens(np.asarray(p_root[b]), rngs[b].random()))
-            tokens[b, 0] = x
-            layout.parent[b, 0] = 0
-            tok_prob[b, 1] = path_prob[b, 1] = float(p_root[b][x])
-            parent_top[b, 1] = float(np.max(p_root[b]))
-            parent_ent[b, 1] = t_ent[b] = entropy(p_root[b])
-            logpath[b, 1] = np.log(p_root[b][x])
+        growth.plant_target_root(p_root, rngs)
         start = 1
-    else:
-        start = 0
     for d in range(start, system.depth):
-        level_rows = [0] if d == 0 else [i + 1 for i in range(n) if depth[i] == d]
-        present = np.array([[layout.parent[b, r - 1] >= 0 if r else True for r in level_rows]
-                            for b in range(rows)])  # fmt: skip
+        level_rows = [0] if d == 0 else [i + 1 for i in range(growth.size) if depth[i] == d]
+        present = np.array([[growth.layout.parent[b, r - 1] >= 0 if r else True
+                             for r in level_rows] for b in range(rows)])  # fmt: skip
         if not present.any():
             break
         known = int(np.count_nonzero(depth <= d))
-        logits = scorer(tokens[:, :known], level_rows, layout)
+        logits = scorer(growth.tokens[:, :known], level_rows, growth.layout)
         for b in range(rows):
             dists = NodeDistributions(logits[b], temperature)
-            expand_rows: list[int] = []
-            cand: list[tuple[int, np.ndarray]] = []
-            for k, r in enumerate(level_rows):
-                if not present[b, k]:
-                    continue
-                dist = dists[k]
-                if r == 0:
-                    expand_rows.append(r)
-                    q[b][r] = dist
-                    continue
-                f = np.array(
-                    [
-                        d,
-                        tok_prob[b, r],
-                        path_prob[b, r],
-                        parent_top[b, r],
-                        parent_ent[b, r],
-                        float(dist.max()),
-                        entropy(dist),
-                        t_ent[b],
-                        float(target_root),
-                    ]
-                )
-                feats[b][r - 1] = f
-                cand.append((r, f))
-            if cand:
-                decide = system.stopping.expand(np.stack([f for _, f in cand]))
-                for (r, _), go in zip(cand, decide, strict=True):
-                    if go:
-                        expand_rows.append(r)
-                        q[b][r] = dists[level_rows.index(r)]
-            expand_rows.sort()
-            if expand_rows or (system.stopping.kind == "learned" and cand):
-                draft_calls[b] += 1  # children drawn from this pass's q, or a decision read it
+            expand_rows = growth.expanding(b, d, level_rows, present[b], dists)
             if not expand_rows:
                 continue
             if fixed_parent is not None:
-                for r in expand_rows:
-                    kids = [i for i in range(n) if fixed_parent[i] == r]
-                    dist = q[b][r]
-                    spec.check(dist, len(kids))
-                    drawn = sample_drafts(spec, dist, len(kids), 1, rngs[b])[0]
-                    for i, x in zip(kids, drawn, strict=True):
-                        _place(b, i, r, int(x), dist, layout, tokens, tok_prob, path_prob,
-                               parent_top, parent_ent)  # fmt: skip
+                growth.draw_children(b, expand_rows, fixed_parent, spec, rngs[b])
+            else:
+                slots = [i for i in range(growth.size) if depth[i] == d + 1]
+                growth.draw_beam(b, expand_rows, slots, rngs[b])
+    return _Grown(
+        growth.layout, growth.tokens, growth.q, p_root, growth.features, growth.draft_calls
+    )
+
+
+class _Growth:
+    """One call's trees while they grow, and the steps that grow them.
+
+    Per row ``b`` and layout row (0: the root; ``i + 1``: slot ``i``): the token's probability
+    under its parent's ``q``, its path's, its parent's largest probability and entropy (the
+    stopping features), and for beams the perturbed log-probability ``G`` and the path's
+    log-probability; per row the draft distributions of the expanded layout rows, the
+    features of the judged slots, the draft passes needed and the target root's entropy.
+    """
+
+    def __init__(self, system: System, rows: int, depth: np.ndarray) -> None:
+        self.system = system
+        self.layout = RowsLayout(rows, depth)
+        self.size = n = self.layout.size
+        self.tokens = np.zeros((rows, n), dtype=np.int64)
+        self.q: list[dict[int, np.ndarray]] = [{} for _ in range(rows)]
+        self.features: list[dict[int, np.ndarray]] = [{} for _ in range(rows)]
+        self.tok_prob = np.ones((rows, n + 1))
+        self.path_prob = np.ones((rows, n + 1))
+        self.parent_top = np.ones((rows, n + 1))
+        self.parent_ent = np.zeros((rows, n + 1))
+        self.gval = np.zeros((rows, n + 1))
+        self.logpath = np.zeros((rows, n + 1))
+        self.draft_calls = np.zeros(rows, dtype=np.int64)
+        self.target_entropy = np.zeros(rows)
+
+    def plant_target_root(self, p_root: np.ndarray, rngs: Sequence[np.random.Generator]) -> None:
+        """Each row's one root child, a draw of the target's ``p_root`` (level 1)."""
+        for b in range(p_root.shape[0]):
+            x = int(sample_tokens(np.asarray(p_root[b]), rngs[b].random()))
+            self.tokens[b, 0] = x
+            self.layout.parent[b, 0] = 0
+            self.tok_prob[b, 1] = self.path_prob[b, 1] = float(p_root[b][x])
+            self.parent_top[b, 1] = float(np.max(p_root[b]))
+            self.parent_ent[b, 1] = self.target_entropy[b] = entropy(p_root[b])
+            self.logpath[b, 1] = np.log(p_root[b][x])
+
+    def expanding(
+        self,
+        b: int,
+        d: int,
+        level_rows: list[int],
+        present: np.ndarray,
+        dists: NodeDistributions,
+    ) -> list[int]:
+        """The layout rows of depth ``d`` that row ``b`` expands (the root always; a node
+        where the stopping policy says so, from its features), in order; records their
+        ``q``, the judged nodes' features and the draft pass."""
+        expand_rows: list[int] = []
+        cand: list[tuple[int, np.ndarray]] = []
+        for k, r in enumerate(level_rows):
+            if not present[k]:
                 continue
-            slots = [i for i in range(n) if depth[i] == d + 1]
-            parents, toks, values = [], [], []
-            for r in expand_rows:
-                dist = q[b][r]
-                with np.errstate(divide="ignore"):
-                    phi = logpath[b, r] + np.log(dist) + rngs[b].gumbel(size=dist.size)
-                g = conditional_gumbel(gval[b, r], phi)
-                ok = np.flatnonzero(np.isfinite(g))
-                parents.append(np.full(ok.size, r))
-                toks.append(ok)
-                values.append(g[ok])
-            allp, allx, allg = (np.concatenate(a) for a in (parents, toks, values))
-            order = np.argsort(-allg, kind="stable")[: len(slots)]
-            for i, o in zip(slots, order, strict=False):
-                r, x = int(allp[o]), int(allx[o])
-                dist = q[b][r]
-                _place(b, i, r, x, dist, layout, tokens, tok_prob, path_prob, parent_top,
-                       parent_ent)  # fmt: skip
-                gval[b, i + 1] = allg[o]
-                logpath[b, i + 1] = logpath[b, r] + np.log(dist[x])
-    return _Grown(layout, tokens, q, p_root, feats, draft_calls)
+            dist = dists[k]
+            if r == 0:
+                expand_rows.append(r)
+                self.q[b][r] = dist
+                continue
+            f = self.node_features(b, r, d, dist)
+            self.features[b][r - 1] = f
+            cand.append((r, f))
+        if cand:
+            decide = self.system.stopping.expand(np.stack([f for _, f in cand]))
+            for (r, _), go in zip(cand, decide, strict=True):
+                if go:
+                    expand_rows.append(r)
+                    self.q[b][r] = dists[level_rows.index(r)]
+        expand_rows.sort()
+        if expand_rows or (self.system.stopping.kind == "learned" and cand):
+            self.draft_calls[b] += 1  # children drawn from this pass's q, or a decision read it
+        return expand_rows
 
+    def node_features(self, b: int, r: int, d: int, dist: np.ndarray) -> np.ndarray:
+        """The stopping features of layout row ``r`` (:data:`._stopping.FEATURES`)."""
+        return np.array(
+            [
+                d,
+                self.tok_prob[b, r],
+                self.path_prob[b, r],
+                self.parent_top[b, r],
+                self.parent_ent[b, r],
+                float(dist.max()),
+                entropy(dist),
+                self.target_entropy[b],
+                float(self.system.root == "target"),
+            ]
+        )
 
-def _place(
-    b: int,
-    i: int,
-    r: int,
-    x: int,
-    dist: np.ndarray,
-    layout: RowsLayout,
-    tokens: np.ndarray,
-    tok_prob: np.ndarray,
-    path_prob: np.ndarray,
-    parent_top: np.ndarray,
-    parent_ent: np.ndarray,
-) -> None:
-    """Put token ``x`` in slot ``i`` of row ``b`` under layout row ``r``."""
-    layout.parent[b, i] = r
-    tokens[b, i] = x
-    tok_prob[b, i + 1] = float(dist[x])
-    path_prob[b, i + 1] = path_prob[b, r] * float(dist[x])
-    parent_top[b, i + 1] = float(dist.max())
-    parent_ent[b, i + 1] = entropy(dist)
+    def draw_children(
+        self,
+        b: int,
+        expand_rows: list[int],
+        fixed_parent: np.ndarray,
+        spec: Any,
+        rng: np.random.Generator,
+    ) -> None:
+        """k-ary families: every expanded node's children, drawn with the design."""
+        for r in expand_rows:
+            kids = [i for i in range(self.size) if fixed_parent[i] == r]
+            dist = self.q[b][r]
+            spec.check(dist, len(kids))
+            drawn = sample_drafts(spec, dist, len(kids), 1, rng)[0]
+            for i, x in zip(kids, drawn, strict=True):
+                self.place(b, i, r, int(x), dist)
+
+    def draw_beam(
+        self, b: int, expand_rows: list[int], slots: list[int], rng: np.random.Generator
+    ) -> None:
+        """Beams: the next level's slots, the candidates ``(u, x)`` of largest conditional
+        Gumbel ``G_{u,x}`` over the expanded nodes (Kool et al.'s stochastic beam search)."""
+        parents, toks, values = [], [], []
+        for r in expand_rows:
+            dist = self.q[b][r]
+            with np.errstate(divide="ignore"):
+                phi = self.logpath[b, r] + np.log(dist) + rng.gumbel(size=dist.size)
+            g = conditional_gumbel(self.gval[b, r], phi)
+            ok = np.flatnonzero(np.isfinite(g))
+            parents.append(np.full(ok.size, r))
+            toks.append(ok)
+            values.append(g[ok])
+        allp, allx, allg = (np.concatenate(a) for a in (parents, toks, values))
+        order = np.argsort(-allg, kind="stable")[: len(slots)]
+        for i, o in zip(slots, order, strict=False):
+            r, x = int(allp[o]), int(allx[o])
+            dist = self.q[b][r]
+            self.place(b, i, r, x, dist)
+            self.gval[b, i + 1] = allg[o]
+            self.logpath[b, i + 1] = self.logpath[b, r] + np.log(dist[x])
+
+    def place(self, b: int, i: int, r: int, x: int, dist: np.ndarray) -> None:
+        """Put token ``x`` in slot ``i`` of row ``b`` under layout row ``r``."""
+        self.layout.parent[b, i] = r
+        self.tokens[b, i] = x
+        self.tok_prob[b, i + 1] = float(dist[x])
+        self.path_prob[b, i + 1] = self.path_prob[b, r] * float(dist[x])
+        self.parent_top[b, i + 1] = float(dist.max())
+        self.parent_ent[b, i + 1] = entropy(dist)
 
 
 def walk_rows(
@@ -539,25 +578,6 @@ def system_not_applicable(verifier: Any, system: System) -> str | None:
     return None
 
 
-@dataclass
-class DecodeRow:
-    """One prompt being decoded: its tokens so far, those generated, and the calls made."""
-
-    prompt: int
-    ids: list[int]
-    new: list[int] = field(default_factory=list)
-    calls: int = 0
-    position: int = 0  #: the prompt's position in the run's list (:mod:`._streams`)
-
-
-def batch_rows(
-    prompts: Sequence[tuple[int, Sequence[int]]], start: int, batch_size: int
-) -> list[DecodeRow]:
-    """The rows of the batch of prompts from ``start``, each with its position in the list."""
-    batch = prompts[start : start + batch_size]
-    return [DecodeRow(int(i), list(ids), position=start + k) for k, (i, ids) in enumerate(batch)]
-
-
 def decode_system(
     target: Any,
     draft: Any,
@@ -587,119 +607,123 @@ def decode_system(
     ``predictor(p, q)`` (optional) gives the prediction's inputs from the contexts where the
     verifier first decides: the root (draft root) or the target root's child.
     """
-    from otbound.capture import out_of_memory_guard
-
     reason = system_not_applicable(verifier, system)
     if reason is not None:
         raise ValueError(reason)
-    depth_of, _ = _slots(system)
+    call = _SystemCall(
+        verifier, temperature, batch_size, max_new_tokens,
+        frozenset(int(t) for t in eos_token_ids), predictor, on_prompt_done, system,
+        _slots(system)[0],
+    )  # fmt: skip
     cap = TreeLayout.from_paths([[0]])  # placeholder until the first call lays out its trees
-    eos = {int(t) for t in eos_token_ids}
-    records: list[dict[str, object]] = []
-    out: dict[int, list[int]] = {}
-    n = int(depth_of.size)
-    target_root = system.root == "target"
-    for start in range(0, len(prompts), batch_size):
-        active = batch_rows(prompts, start, batch_size)
-        scorers = [
-            make_scorer(model, [row.ids for row in active], cap, vocab_size, kv_cache=kv_cache)
-            for model in (draft, target)
-        ]
-        while active:
-            where = f"decoding a {system.nodes}-node {system.family} tree for prompts "
-            where += f"{active[0].prompt}..{active[-1].prompt}"
-            clock = {"draft_seconds": 0.0, "draft_passes": 0.0, "target_seconds": 0.0}
-            drafting, verifying = row_generators(
-                rng, [row.position for row in active], [row.calls for row in active]
-            )
-            with out_of_memory_guard(batch_size, where):
-                p_root = None
-                empty = RowsLayout(len(active), depth_of)
-                if target_root:
-                    scorers[1].layout = cast(TreeLayout, empty)
-                    started = time.perf_counter()
-                    root_logits = scorers[1](np.zeros((len(active), 0), np.int64), [0])
-                    clock["target_seconds"] += time.perf_counter() - started
-                    p_root = np.stack(
-                        [
-                            NodeDistributions(root_logits[b], temperature)[0]
-                            for b in range(len(active))
-                        ]
-                    )
-                grown = grow_system(
-                    _layout_scorer(scorers[0], clock),
-                    len(active),
-                    system,
-                    verifier.design,
-                    drafting,
-                    temperature=temperature,
-                    p_root=p_root,
-                )
-                scorers[1].layout = cast(TreeLayout, grown.layout)
-                every = list(range(1, n + 1)) if target_root else list(range(n + 1))
-                started = time.perf_counter()
-                logits = scorers[1](grown.tokens, every)
-                clock["target_seconds"] += time.perf_counter() - started
-            p_rows = []
-            for b in range(len(active)):
-                dist = NodeDistributions(logits[b], temperature)
-                p_rows.append(_Shifted(dist, p_root[b]) if p_root is not None else dist)
-            still: list[DecodeRow] = []
-            kept: list[int] = []
-            committed: list[list[int]] = []
-            first = len(records)
-            for b, row in enumerate(active):
-                kids = grown.layout.children(b)
-                walk = walk_rows(
-                    verifier, kids, grown.tokens[b], p_rows[b], grown.q[b], verifying[b],
-                    target_root=target_root,
-                )  # fmt: skip
-                present = [i for i in range(n) if grown.layout.parent[b, i] >= 0]
-                judged = [i for i in present if i in grown.features[b]]
-                on_path = set(walk.nodes)
-                records.append(
-                    {
-                        "prompt": row.prompt,
-                        "call": row.calls,
-                        "tokens": len(walk.tokens),
-                        "accepted": walk.accepted,
-                        "bonus": walk.bonus,
-                        "nodes_scored": len(present),
-                        "draft_calls": int(grown.draft_calls[b]),
-                        "target_passes": 2 if target_root else 1,
-                        "max_depth": system.depth,
-                        "draft_passes": int(clock["draft_passes"]),
-                        "draft_seconds": clock["draft_seconds"],
-                        "target_seconds": clock["target_seconds"],
-                        "node_features": [grown.features[b][i].tolist() for i in judged],
-                        "node_accepted": [i in on_path for i in judged],
-                    }
-                )
-                row.calls += 1
-                row.new.extend(walk.tokens)
-                committed.append(list(walk.tokens))
-                stop = next((i for i, t in enumerate(row.new) if t in eos), None)
-                if stop is not None or len(row.new) >= max_new_tokens:
-                    end = max_new_tokens if stop is None else min(stop + 1, max_new_tokens)
-                    out[row.prompt] = row.new[:end]
-                    if on_prompt_done is not None:
-                        on_prompt_done()
-                else:
-                    still.append(row)
-                    kept.append(b)
-            if predictor is not None:
-                ctx = 1 if target_root else 0
-                p_ctx = np.stack([p_rows[b][ctx] for b in range(len(active))])
-                q_ctx = [grown.q[b].get(ctx) for b in range(len(active))]
-                if all(x is not None for x in q_ctx):
-                    extras = predictor(p_ctx, np.stack(cast(list[np.ndarray], q_ctx)))
-                    for record, extra in zip(records[first:], extras, strict=True):
-                        record.update(extra)
-            active = still
-            for scorer in scorers:
-                scorer.commit(committed)
-                scorer.keep(kept)
-    return records, out
+    return call.decode((draft, target), prompts, rng, cap, vocab_size, kv_cache)
+
+
+@dataclass(frozen=True)
+class _SystemCall(RowsCall):
+    """Target calls of :func:`decode_system`: the target root (a first target pass), the
+    draft's trees, the target's pass over them, the walks."""
+
+    system: System
+    depth_of: np.ndarray = field(compare=False)  #: the depth of every capacity slot
+
+    @property
+    def target_root(self) -> bool:
+        """Whether the system's root is the target's."""
+        return self.system.root == "target"
+
+    def grow_and_score(
+        self, active: list[DecodeRow], scorers: list[Any], drafting: Sequence[np.random.Generator]
+    ) -> _Scored:
+        """The target root's distributions (a target root), the draft's trees, and the
+        target's distributions at every layout row (row 0 from the root pass), timed."""
+        from otbound.capture import out_of_memory_guard
+
+        system = self.system
+        clock = {"draft_seconds": 0.0, "draft_passes": 0.0, "target_seconds": 0.0}
+        where = f"decoding a {system.nodes}-node {system.family} tree for prompts "
+        where += f"{active[0].prompt}..{active[-1].prompt}"
+        size = int(self.depth_of.size)
+        with out_of_memory_guard(self.batch_size, where):
+            p_root = self.root_distributions(scorers[1], len(active), clock)
+            grown = grow_system(
+                _layout_scorer(scorers[0], clock), len(active), system, self.verifier.design,
+                drafting, temperature=self.temperature, p_root=p_root,
+            )  # fmt: skip
+            scorers[1].layout = cast(TreeLayout, grown.layout)
+            every = list(range(1, size + 1)) if self.target_root else list(range(size + 1))
+            started = time.perf_counter()
+            logits = scorers[1](grown.tokens, every)
+            clock["target_seconds"] += time.perf_counter() - started
+        p_rows: list[Any] = []
+        for b in range(len(active)):
+            dist = NodeDistributions(logits[b], self.temperature)
+            p_rows.append(_Shifted(dist, p_root[b]) if p_root is not None else dist)
+        return _Scored(grown, p_rows, clock)
+
+    def root_distributions(
+        self, target: Any, rows: int, clock: dict[str, float]
+    ) -> np.ndarray | None:
+        """A target root's ``p_root`` per row, from a target pass over the committed tokens
+        not yet scored (None for a draft root)."""
+        if not self.target_root:
+            return None
+        target.layout = cast(TreeLayout, RowsLayout(rows, self.depth_of))
+        started = time.perf_counter()
+        root_logits = target(np.zeros((rows, 0), np.int64), [0])
+        clock["target_seconds"] += time.perf_counter() - started
+        return np.stack(
+            [NodeDistributions(root_logits[b], self.temperature)[0] for b in range(rows)]
+        )
+
+    def walk(self, scored: _Scored, b: int, rng: np.random.Generator) -> WalkResult:
+        grown = scored.grown
+        return walk_rows(
+            self.verifier, grown.layout.children(b), grown.tokens[b], scored.p[b], grown.q[b],
+            rng, target_root=self.target_root,
+        )  # fmt: skip
+
+    def record(
+        self, scored: _Scored, row: DecodeRow, b: int, walk: WalkResult
+    ) -> dict[str, object]:
+        grown, clock = scored.grown, scored.clock
+        present = [i for i in range(grown.layout.size) if grown.layout.parent[b, i] >= 0]
+        judged = [i for i in present if i in grown.features[b]]
+        on_path = set(walk.nodes)
+        return {
+            **call_record(row, walk),
+            "nodes_scored": len(present),
+            "draft_calls": int(grown.draft_calls[b]),
+            "target_passes": 2 if self.target_root else 1,
+            "max_depth": self.system.depth,
+            "draft_passes": int(clock["draft_passes"]),
+            "draft_seconds": clock["draft_seconds"],
+            "target_seconds": clock["target_seconds"],
+            "node_features": [grown.features[b][i].tolist() for i in judged],
+            "node_accepted": [i in on_path for i in judged],
+        }
+
+    def predict(self, records: list[dict[str, object]], scored: _Scored) -> None:
+        """The prediction's inputs from the context where the verifier first decides (the
+        root, or the target root's child), where every row has its ``q``."""
+        assert self.predictor is not None
+        rows = range(len(scored.p))
+        ctx = 1 if self.target_root else 0
+        p_ctx = np.stack([scored.p[b][ctx] for b in rows])
+        q_ctx = [scored.grown.q[b].get(ctx) for b in rows]
+        if all(x is not None for x in q_ctx):
+            extras = self.predictor(p_ctx, np.stack(cast(list[np.ndarray], q_ctx)))
+            for record, extra in zip(records, extras, strict=True):
+                record.update(extra)
+
+
+@dataclass
+class _Scored:
+    """One dynamic call's trees, the target's distributions per row, and its passes' clock."""
+
+    grown: _Grown
+    p: list[Any]
+    clock: dict[str, float]
 
 
 def _layout_scorer(

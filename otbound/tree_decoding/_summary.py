@@ -53,7 +53,7 @@ _SEQUENCE_NOTE = (
 )
 
 
-def _mean_matrix(cells: pd.Series) -> np.ndarray | None:
+def mean_matrix(cells: pd.Series) -> np.ndarray | None:
     """The mean of per-call matrices (nested lists); None when there are none."""
     mats = [
         np.array([list(r) for r in m], dtype=float)
@@ -107,8 +107,8 @@ def summarise_tree_steps(
             per_prompt["sum"].to_numpy(float), per_prompt["count"].to_numpy(float), level
         )
         paths = _paths(part, trees)
-        positional = _mean_matrix(part["positional"]) if "positional" in part else None
-        stars = _mean_matrix(part["alpha_star"]) if "alpha_star" in part else None
+        positional = mean_matrix(part["positional"]) if "positional" in part else None
+        stars = mean_matrix(part["alpha_star"]) if "alpha_star" in part else None
         empty = not paths
         record.update(
             applicable=True,
