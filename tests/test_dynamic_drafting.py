@@ -343,7 +343,9 @@ def test_depth_acceptance_and_speedup() -> None:
 def test_beam_prediction_of_width_one_is_the_chain() -> None:
     p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
     beta = np.minimum(p, q).sum()
-    est = beam_block_efficiency(get_verifier("rrs_without_replacement"), p, q, 1, 3, 20_000, 0)
+    est = beam_block_efficiency(
+        p, q, 1, 3, 20_000, 0, verifier=get_verifier("rrs_without_replacement")
+    )
     assert est == pytest.approx((1 - beta**4) / (1 - beta), abs=0.03)
 
 
@@ -382,7 +384,13 @@ def test_context_free_beam_matches_its_prediction() -> None:
     for row in result.summary.itertuples():
         family, depth = row.family, int(row.depth)
         exact = beam_block_efficiency(
-            get_verifier("rrs_without_replacement"), p, q, int(family[4:]), depth, 20_000, 1
+            p,
+            q,
+            int(family[4:]),
+            depth,
+            20_000,
+            1,
+            verifier=get_verifier("rrs_without_replacement"),
         )
         assert row.ci_low <= exact <= row.ci_high, f"{row.tree}: {exact:.3f} not in interval"
         assert row.predicted == pytest.approx(exact, abs=0.1)

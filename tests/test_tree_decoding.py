@@ -445,7 +445,7 @@ def test_context_free_pair_matches_the_prediction() -> None:
         )
         assert mean == pytest.approx(row.tokens_per_call)
         width = TreeLayout.from_paths(spec.as_lists()).branching[0]
-        pa = positional_acceptance(row.verifier, p, q, width=width, trials=400_000, seed=1)
+        pa = positional_acceptance(p, q, width=width, trials=400_000, seed=1, verifier=row.verifier)
         exact = block_efficiency(pa, spec.as_lists())
         where = f"{row.verifier} {row.tree}: {exact:.3f} not in [{low:.3f}, {high:.3f}]"
         assert low <= exact <= high, where
@@ -524,7 +524,7 @@ def test_walk_mean_tokens_is_the_block_efficiency(name: str) -> None:
     for _ in range(2000):
         tokens = np.concatenate([design.sample(q, 2, 1, rng)[0] for _ in range(3)])
         counts.append(len(walk_tree(v, layout, tokens, rows, qrows, rng).tokens))
-    exact = block_efficiency(positional_acceptance(v, p, q, width=2), kary_tree([2, 2]))
+    exact = block_efficiency(positional_acceptance(p, q, width=2, verifier=v), kary_tree([2, 2]))
     se = np.std(counts) / np.sqrt(len(counts))
     assert abs(np.mean(counts) - exact) < 4 * se
 
