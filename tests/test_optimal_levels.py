@@ -423,7 +423,7 @@ def test_methods_and_their_messages():
     assert OptimalTransport(design="without_replacement").acceptance(p, q, 2) == pytest.approx(
         ob.optimal_acceptance(p, q, n=2, design="without_replacement"), abs=1e-7
     )
-    with pytest.raises(ValueError, match="method must be one of auto, levels, lp"):
+    with pytest.raises(ValueError, match="method must be one of auto, levels, rounds, lp"):
         OptimalTransport(method="fast")
     wor = OptimalTransport(design="without_replacement", method="levels")
     with pytest.raises(ValueError, match="method='lp'"):

@@ -4,7 +4,9 @@ Any rule that selects one draft ``Z`` with an exactly known marginal ``r(z) = P(
 followed by single-draft speculative sampling of ``Z`` against ``p`` with ``r`` as the draft,
 is lossless, and accepts with probability ``Σ min(p, r)`` when it is optimal; the best ``r`` gives
 ``α*``. :func:`level_rule` builds a rule that attains ``α*`` for i.i.d. drafts at any ``n``, in
-``O(V log V)``, at any vocabulary.
+``O(V log V)``, at any vocabulary; :func:`round_rule` one for draft sets (conditional Poisson,
+without replacement) whose marginal is exact and whose fit reaches ``α*`` to ~1e-12 on the rows
+measured (:attr:`RoundRule.gap` says what it leaves).
 
 >>> import numpy as np
 >>> from otbound.selection import level_rule
@@ -19,13 +21,18 @@ from otbound.selection.levels import (
     level_rule,
     level_rule_acceptance,
 )
+from otbound.selection.rounds import ROUND_RULE_DESIGNS, RoundRule, has_round_rule, round_rule
 from otbound.selection.rule import SelectionRule, single_draft_test
 
 __all__ = [
     "LEVEL_RULE_DESIGNS",
+    "ROUND_RULE_DESIGNS",
+    "RoundRule",
     "SelectionRule",
     "has_level_rule",
+    "has_round_rule",
     "level_rule",
     "level_rule_acceptance",
+    "round_rule",
     "single_draft_test",
 ]
