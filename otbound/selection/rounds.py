@@ -170,6 +170,37 @@ def clock_nodes(q_sorted: np.ndarray, n: int, step: float) -> tuple[np.ndarray, 
     return t, step * t
 
 
+def poisson_scaled(weights: np.ndarray, n: int) -> tuple[np.ndarray, float]:
+    r"""``c · weights`` with ``e_n(c · weights) ≈ 1``, and that ``e_n``.
+
+    Conditional Poisson sampling does not change when every weight is multiplied by ``c``;
+    ``c = e_n(w)^{−1/n}`` (``e_n`` from the design's scaled recursion, which keeps it below
+    the smallest float) puts ``e_0 = 1`` and ``e_n ≈ 1`` at the ends, and the ``e_k`` between
+    are log-concave in ``k``, so the fields stay floats where ``e_n(w)`` alone would
+    underflow (masses to 1e-300 with ``n`` at the support).
+
+    Raises
+    ------
+    ValueError
+        Where ``e_n(c · weights)`` is still not a positive normal float.
+    """
+    from otbound.drafts.conditional_poisson import _elementary_symmetric_prefix
+    from otbound.selection._round_kernels import elementary_symmetric  # numba
+
+    mant, expo = _elementary_symmetric_prefix(weights[None, :], n)
+    top_mant, top_expo = float(mant[n - 1, 0, -1]), float(expo[n - 1, 0, -1])
+    whole = 0.0
+    if top_mant > 0.0:
+        scaled = weights * 2.0 ** (-(math.log2(top_mant) + top_expo) / n)
+        whole = float(elementary_symmetric(scaled, n))
+    if not (np.isfinite(whole) and whole >= np.finfo(np.float64).tiny):
+        raise ValueError(
+            f"round rule: e_n(q) at n={n} is not a positive normal float after scaling "
+            "(masses too disparate for the round rule's conditional-Poisson marginal)"
+        )
+    return scaled, whole
+
+
 def round_values(
     q_sorted: np.ndarray, shares: np.ndarray, starts: np.ndarray, n: int, design: str, step: float
 ) -> np.ndarray:
@@ -180,15 +211,9 @@ def round_values(
     from otbound.selection import _round_kernels as kernels  # numba
 
     if design == _CP or q_sorted.size == n:  # n of n tokens: one set, the designs agree
-        scaled = q_sorted / q_sorted.sum()
-        whole = kernels.elementary_symmetric(scaled, n)
-        if not (np.isfinite(whole) and whole > 0.0):
-            raise ValueError(
-                f"round rule: e_n(q) = {whole!r} at n={n} is not a positive float "
-                "(masses too small for the round rule's conditional-Poisson marginal)"
-            )
+        scaled, whole = poisson_scaled(q_sorted, n)
         phi = kernels.cp_round_values(scaled, _cumulative(scaled, shares), starts, n)
-        values: np.ndarray = phi * (scaled / whole)
+        values: np.ndarray = (phi * scaled) / whole  # q_z φ ≤ e_n: no overflow
         return values
     import numba
 
@@ -260,11 +285,16 @@ def _fit_surrogate(
 ) -> np.ndarray:
     """:func:`~otbound.selection._round_kernels.fit_positions` with conditional-Poisson fields
     of ``weights`` (scaled to sum 1) times ``scale``, aimed at the blocks' target."""
-    from otbound.selection._round_kernels import elementary_symmetric, fit_positions  # numba
+    from otbound.selection._round_kernels import fit_positions  # numba
 
-    scaled = weights / weights.sum()
-    units = blocks.target * elementary_symmetric(scaled, n)
+    scaled, whole = poisson_scaled(weights, n)
+    units = blocks.target * whole
     out: np.ndarray = fit_positions(scaled, units, blocks.starts, n, position, scale, sweeps, OMEGA)
+    if not np.all(np.isfinite(out)):
+        raise ValueError(
+            f"round rule (n={n}): the fitted positions are not finite "
+            "(masses too disparate for the conditional-Poisson fields in floats)"
+        )
     return out
 
 
