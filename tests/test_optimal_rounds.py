@@ -182,15 +182,20 @@ def test_the_enumeration_sees_a_marginal_off_on_one_token():
 @pytest.mark.parametrize("design", DESIGNS)
 def test_the_sampled_selection_follows_the_enumeration(design):
     rng = np.random.default_rng(5)
-    p, q = rng.dirichlet(np.ones(6)), rng.dirichlet(np.ones(6))
-    rule = round_rule(p, q, 3, design)
-    drafts = np.array([[4, 1, 2]])
-    law = _winner_law(rule, (4, 1, 2))
-    trials = 100_000
-    chosen, mass = rule.select(np.repeat(drafts, trials, axis=0), rng)
-    seen = np.array([(chosen == x).mean() for x in drafts[0]])
-    assert np.abs(seen - law).max() <= 5 * np.sqrt(0.25 / trials)
-    assert np.array_equal(mass, rule.selection[chosen])
+    q = rng.dirichlet(np.ones(6))
+    p = 0.5 * q + 0.5 * rng.dirichlet(np.ones(6))  # blocks of several tokens: rounds matter
+    fitted = round_rule(p, q, 3, design)
+    assert np.diff(fitted.blocks.starts).max() >= 3
+    shares = rng.dirichlet(np.ones(3), size=fitted.blocks.order.size).T
+    trials = 50_000
+    for rule in (fitted, _with_shares(p, q, 3, design, shares)):
+        for drafts in ((4, 1, 2), (0, 3, 5), (5, 2, 0)):
+            law = _winner_law(rule, drafts)
+            rows = np.repeat(np.array([drafts]), trials, axis=0)
+            chosen, mass = rule.select(rows, rng)
+            seen = np.array([(chosen == x).mean() for x in drafts])
+            assert np.abs(seen - law).max() <= 5 * np.sqrt(0.25 / trials), drafts
+            assert np.array_equal(mass, rule.selection[chosen])
 
 
 @pytest.mark.parametrize("design", DESIGNS)
