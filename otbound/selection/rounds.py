@@ -303,8 +303,10 @@ def _fit_without_replacement(
 ) -> np.ndarray:
     """Defect correction: fit with conditional-Poisson fields of ``weights``, then rescale each
     round's field by (exact clock value) / (surrogate value) and fit again; returns the
-    positions with the least violation (stopping when it is below :data:`FIT_TOLERANCE` or
-    has not fallen for four corrections)."""
+    positions with the least violation. The clock values take :data:`COARSE_STEP` until the
+    violation is below 1e-6 or stops halving (the coarse rule's error can be its floor), then
+    :data:`FINE_STEP`; the corrections stop below :data:`FIT_TOLERANCE`, or when three at the
+    fine step have not halved the violation."""
     scale = np.ones((rounds, blocks.q_sorted.size))
     position = _fit_surrogate(blocks, weights, n, position, scale, sweeps)
     best, best_at, step = (np.inf, position), 0, COARSE_STEP
@@ -312,12 +314,16 @@ def _fit_without_replacement(
         shares = shares_from_positions(position, rounds)
         exact = round_values(blocks.q_sorted, shares, blocks.starts, n, _WOR, step)
         violation = blocks.violation((shares * exact).sum(axis=0))
+        if violation < 0.5 * best[0]:
+            best_at = correction  # progress: the violation halved
         if violation < best[0]:
-            best, best_at = (violation, position), correction
-        if violation <= FIT_TOLERANCE or correction - best_at >= 4:
+            best = (violation, position)
+        if violation <= FIT_TOLERANCE:
             break
-        if violation < 1e-6:
-            step = FINE_STEP  # near the end: fields as exact as the final marginal
+        if step == COARSE_STEP and (violation < 1e-6 or correction - best_at >= 2):
+            step, best_at = FINE_STEP, correction  # near the end, or the coarse rule's floor
+        elif correction - best_at >= 3:
+            break  # no progress at the fine step
         surrogate = round_values(weights, shares, blocks.starts, n, _CP, step)
         scale = np.where(surrogate > 0.0, exact / np.where(surrogate > 0.0, surrogate, 1.0), 1.0)
         position = _fit_surrogate(blocks, weights, n, position, scale, sweeps)
@@ -342,18 +348,25 @@ def _fit(
 
 def _best_fit(blocks: RoundBlocks, n: int, design: str) -> _Fit:
     """:data:`ROUNDS` rounds from the top round; where a violation is left, the fallbacks in
-    turn (without replacement: the tilted fields; then :data:`MORE_ROUNDS` rounds, started two
-    rounds up from the best so far), keeping the fit with the least violation. Every
-    candidate's marginal is exact, so choosing among them keeps the rule lossless."""
+    turn, keeping the fit with the least violation: :data:`MORE_ROUNDS` rounds started from
+    the best positions so far (the new rounds above them, room for tokens held at the top
+    round), the tilted fields (without replacement), :data:`MORE_ROUNDS` rounds with the new
+    rounds below (room for tokens held at the bottom). Every candidate's marginal is exact,
+    so choosing among them keeps the rule lossless."""
     top = np.full(blocks.q_sorted.size, ROUNDS - 1.0)
     best = _fit(blocks, n, design, ROUNDS, top, tilted=False)
-    fallbacks: list[tuple[int, bool, bool]] = [(ROUNDS, True, False)] if design == _WOR else []
-    fallbacks.append((MORE_ROUNDS, False, True))
-    for rounds, tilted, warm in fallbacks:
+    fallbacks = [(MORE_ROUNDS, False, "above")]
+    if design == _WOR:
+        fallbacks.append((ROUNDS, True, "top"))
+    fallbacks.append((MORE_ROUNDS, False, "below"))
+    for rounds, tilted, room in fallbacks:
         if best.violation <= FIT_TOLERANCE:
             break
-        used = best.shares.shape[0]
-        start = best.position + (rounds - used) if warm else np.full(top.size, rounds - 1.0)
+        start = {
+            "top": top,
+            "above": best.position,
+            "below": best.position + (rounds - best.shares.shape[0]),
+        }[room]
         fit = _fit(blocks, n, design, rounds, start, tilted)
         if fit.violation < best.violation:
             best = fit
