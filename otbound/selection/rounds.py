@@ -266,7 +266,10 @@ def _evaluate(blocks: RoundBlocks, position: np.ndarray, rounds: int, n: int, de
 
 def _tilted(q_sorted: np.ndarray, n: int) -> np.ndarray:
     r"""Odds ``e^{q_y t*} − 1`` of the clocks at ``t*``, where ``Σ_y π_y(t*) = n``: a slice of
-    the clock race at time ``t*`` is Poisson sampling with these odds."""
+    the clock race at time ``t*`` is Poisson sampling with these odds (``q`` itself where the
+    support is ``n``: one set, no race)."""
+    if q_sorted.size <= n:
+        return q_sorted
     lo, hi = 1e-12, 1e12
     for _ in range(100):
         mid = math.sqrt(lo * hi)
@@ -284,7 +287,8 @@ def _fit_surrogate(
     sweeps: int,
 ) -> np.ndarray:
     """:func:`~otbound.selection._round_kernels.fit_positions` with conditional-Poisson fields
-    of ``weights`` (scaled to sum 1) times ``scale``, aimed at the blocks' target."""
+    of ``weights`` (scaled by :func:`poisson_scaled`) times ``scale``, aimed at the blocks'
+    target."""
     from otbound.selection._round_kernels import fit_positions  # numba
 
     scaled, whole = poisson_scaled(weights, n)
