@@ -11,7 +11,11 @@ float32 logits through :func:`otbound.logits.softmax`), prints in one run:
   computes: one pass after the sort);
 * K-SEQ's exact acceptance (its bisection on ``ρ``) on the same rows;
 * one verification given the drafts, on a built rule (:meth:`SelectionRule.verify` on one
-  draft tuple: the selection and the single-draft test), in ms.
+  draft tuple: the selection and the single-draft test), in ms;
+* then, for draft sets (``conditional_poisson``, ``without_replacement``) at ``--round-vocab``
+  (default 151,936) and ``n`` in {2, 4}, the round rule's set-up
+  (:func:`otbound.selection.round_rule`: blocks, fit, exact marginal) per step on
+  ``--round-steps`` rows, in ms and in softmaxes, with the largest ``α*`` gap it left.
 
 The sort is not cached between the timed calls (each call sees fresh rows).
 """
@@ -19,12 +23,13 @@ The sort is not cached between the timed calls (each call sees fresh rows).
 from __future__ import annotations
 
 import argparse
+import time
 
 import numpy as np
 from bench_bounds import best_time, lm_like, machine
 
 from otbound.logits import softmax
-from otbound.selection import level_rule
+from otbound.selection import level_rule, round_rule
 from otbound.verifiers.kseq import KSequential
 from otbound.verifiers.optimal import OptimalTransport
 
@@ -47,6 +52,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8, help="rows per vocabulary size")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs (best is kept)")
     parser.add_argument("--vocabs", default="32000,151936", help="vocabulary sizes")
+    parser.add_argument("--round-vocab", type=int, default=151_936, help="round rule's V")
+    parser.add_argument("--round-steps", type=int, default=2, help="round rule's rows")
     args = parser.parse_args()
     print(f"Machine: {machine()}\n")
     print(
@@ -75,6 +82,33 @@ def main() -> None:
                 f"| {vocab:,} | {n} | {1e3 * t_soft:.2f} | {1e3 * t_rule:.2f} "
                 f"({t_rule / t_soft:.1f}) | {1e3 * t_acc:.2f} ({t_acc / t_soft:.1f}) "
                 f"| {1e3 * t_kseq:.2f} ({t_kseq / t_soft:.1f}) | {1e3 * t_one:.3f} |"
+            )
+
+    _round_table(args.round_vocab, args.round_steps)
+
+
+def _round_table(vocab: int, steps: int) -> None:
+    """The round rule's set-up per step for draft sets, beside the softmax pair."""
+    print(
+        "\n| V | design | n | softmax pair, ms | round rule set-up, ms (softmaxes) "
+        "| largest gap to α* |"
+    )
+    print("|---|---|---|---|---|---|")
+    target, draft = (x.astype(np.float32) for x in lm_like(steps, vocab))
+    rows = [(softmax(t), softmax(d)) for t, d in zip(target, draft, strict=True)]
+    pair = np.stack([target[0], draft[0]])
+    t_soft = best_time(lambda: softmax(pair), 20)
+    for design in ("conditional_poisson", "without_replacement"):
+        for n in (2, 4):
+            small = np.array([0.5, 0.3, 0.2])
+            round_rule(small, small[::-1].copy(), 2, design)  # compiles
+            start = time.perf_counter()
+            rules = [round_rule(p, q, n, design) for p, q in _fresh(rows)]
+            t_rule = (time.perf_counter() - start) / len(rows)
+            gap = max(rule.gap for rule in rules)
+            print(
+                f"| {vocab:,} | {design} | {n} | {1e3 * t_soft:.2f} | {1e3 * t_rule:.0f} "
+                f"({t_rule / t_soft:.0f}) | {gap:.1e} |"
             )
 
 

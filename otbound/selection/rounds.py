@@ -400,6 +400,16 @@ def round_rule(p: np.ndarray, q: np.ndarray, n: int, design: str) -> RoundRule:
     ValueError
         Another design, ``n`` above the support of ``q``, or masses for which the marginal is
         not a finite distribution in floats.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> p, q = np.array([0.3, 0.4, 0.3]), np.array([0.6, 0.3, 0.1])
+    >>> rule = round_rule(p, q, 2, "conditional_poisson")
+    >>> round(rule.alpha_star, 6), round(rule.acceptance(), 6)
+    (1.0, 1.0)
+    >>> rule.verify(np.array([[0, 1], [2, 0]]), np.random.default_rng(0)).shape
+    (2,)
     """
     if design not in ROUND_RULE_DESIGNS:
         raise ValueError(
