@@ -343,6 +343,8 @@ LOSSLESS_RUNS = [
     ("greedy", (3, 2), 1.0),
     ("kseq", (2, 2), 1.0),
     ("optimal", (2, 2), 1.0),
+    ("optimal_without_replacement", (3, 2), 1.0),
+    ("optimal_conditional_poisson", (2, 2), 0.7),
 ]
 
 

@@ -9,6 +9,7 @@ exact sweep and the HiGHS set LP; Monte Carlo must agree within 4 standard error
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -205,7 +206,31 @@ def law_given_drafts(name, v, x, p, q, n, aux):
         plan = aux["plan"]
         row = plan.lookup(np.asarray(x)[None, :], vocab)[0]
         return plan.conditional(vocab)[row]
+    if name in ("optimal_without_replacement", "optimal_conditional_poisson"):
+        return round_rule_law(aux["rule"], x, p)
     raise AssertionError(name)  # pragma: no cover
+
+
+def round_rule_law(rule, x, p):
+    """``P(Y = · | drafts x)`` of the round rule, from its definition: each distinct draft
+    draws round ``k`` with its share, the highest (block, round, p/q) wins, then the winner
+    ``z`` is kept with ``min(1, p_z / r_z)``, else the residual ``(p − r)⁺`` is drawn."""
+    members = sorted(set(int(t) for t in x))
+    order = list(rule.blocks.order)
+    starts = list(rule.blocks.starts)
+    rounds = rule.shares.shape[0]
+    r, out = rule.selection, np.zeros(p.size)
+    for ks in itertools.product(range(rounds), repeat=len(members)):
+        pos = [order.index(z) for z in members]
+        chance = math.prod(rule.shares[k, i] for k, i in zip(ks, pos, strict=True))
+        if chance == 0:
+            continue
+        block = [max(b for b, s in enumerate(starts) if s <= i) for i in pos]
+        win = max(range(len(members)), key=lambda j: (-block[j], ks[j], -pos[j]))
+        z = members[win]
+        keep = min(1.0, p[z] / r[z])
+        out += chance * (keep * onehot(p.size, z) + (1 - keep) * res(p, r))
+    return out
 
 
 def importance_select(stages, n):
@@ -299,6 +324,8 @@ def enumerate_law(name, v, p, q, n):
         aux["select"], aux["induced"] = select, induced
     if name == "optimal":
         aux["plan"] = v.plan(p, q, n)
+    if name in ("optimal_without_replacement", "optimal_conditional_poisson"):
+        aux["rule"] = v.rule(p, q, n)
     law = np.zeros(p.size)
     acc = 0.0
     for x, w in zip(tuples, probs, strict=True):
@@ -833,6 +860,8 @@ def test_registry_and_protocol():
         "importance",
         "gls",
         "optimal",
+        "optimal_without_replacement",
+        "optimal_conditional_poisson",
     )
     for name in VERIFIERS:
         v = get_verifier(name)

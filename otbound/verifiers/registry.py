@@ -10,6 +10,7 @@ from otbound.verifiers.greedy import Greedy
 from otbound.verifiers.importance import ImportanceSampling
 from otbound.verifiers.kseq import KSequential
 from otbound.verifiers.optimal import OptimalTransport
+from otbound.verifiers.optimal_sets import OptimalConditionalPoisson, OptimalWithoutReplacement
 from otbound.verifiers.rrs import RecursiveRejection
 from otbound.verifiers.rrs_without_replacement import RecursiveRejectionWithoutReplacement
 from otbound.verifiers.single import SingleDraft
@@ -31,6 +32,8 @@ VERIFIER_CLASSES: dict[str, type[BaseVerifier]] = {
         ImportanceSampling,
         GumbelListCoupling,
         OptimalTransport,
+        OptimalWithoutReplacement,
+        OptimalConditionalPoisson,
     )
 }
 
