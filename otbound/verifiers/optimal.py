@@ -182,7 +182,8 @@ class OptimalTransport(BaseVerifier):
             covers = "i.i.d. drafts" if self.method == "levels" else "draft sets"
             return (
                 f"the optimal verifier's method={self.method!r} covers {covers}; design "
-                f"{self.design!r} at n={n} needs method='lp' (small vocabularies)"
+                f"{self.design!r} at n={n} needs method='auto' (the rule that serves it, "
+                f"if any) or method='lp' (small vocabularies)"
             )
         return (
             f"the optimal verifier's LP plan enumerates the draft tuples: V={p.shape[-1]}, "
