@@ -10,7 +10,7 @@ subpackages do the same), so ``ob.compare`` loads what :func:`compare` needs and
 import os as _os
 from typing import TYPE_CHECKING
 
-from otbound._lazy import lazy_exports
+from otbound._lazy import lazy_exports as _lazy_exports
 from otbound._version import __version__ as __version__
 
 # numba's compiled sweeps run on OpenMP threads, which by default spin while they wait for each
@@ -18,10 +18,6 @@ from otbound._version import __version__ as __version__
 # to 10x slower than one thread. Passive waiting costs nothing when the cores are free. Set
 # before numba loads OpenMP; a value the user chose is kept.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-# the old name of otbound._lazy.lazy_exports, which otbound.tree_decoding still imports from here
-_lazy_exports = lazy_exports
-del lazy_exports
 
 
 if TYPE_CHECKING:

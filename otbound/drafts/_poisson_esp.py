@@ -1,6 +1,6 @@
 r"""The numba kernel of the ``conditional_poisson`` design: ``e_k`` of every prefix, each with
 its own power-of-two scale
-(:func:`otbound.drafts.conditional_poisson._elementary_symmetric_prefix` calls it).
+(:func:`otbound.drafts.conditional_poisson.elementary_symmetric_prefix` calls it).
 
 A module of its own so that importing the design (and building :data:`otbound.drafts.DESIGNS`)
 does not import numba: the design imports it on first use.

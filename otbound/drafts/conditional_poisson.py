@@ -25,7 +25,7 @@ _SPAN = 900
 _POW2 = np.ldexp(1.0, np.arange(-_SPAN, _SPAN + 1))
 
 
-def _elementary_symmetric_prefix(q_sorted: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
+def elementary_symmetric_prefix(q_sorted: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
     r"""``e_k`` of every prefix, ``k = 1..top``, as mantissas and exponents of two.
 
     ``e_k(q_{≤i}) = e_k(q_{<i}) + q_i e_{k−1}(q_{<i})``: sums of non-negative terms, each
@@ -59,7 +59,7 @@ def _conditional_poisson_ratio(q_sorted: np.ndarray, counts: Sequence[int]) -> n
     underflows to 0 only where the true ratio is below 5e-324.
     """
     wanted = np.asarray(list(counts), dtype=np.int64)
-    mant, expo = _elementary_symmetric_prefix(q_sorted, int(wanted.max()))
+    mant, expo = elementary_symmetric_prefix(q_sorted, int(wanted.max()))
     mant, expo = mant[wanted - 1], expo[wanted - 1]
     whole_m, whole_e = mant[..., -1:], expo[..., -1:]
     shift = np.clip(expo - whole_e, -2400, 300)  # past -2400 the ratio is 0 anyway
@@ -75,7 +75,7 @@ class ConditionalPoisson(DraftDesign):
     sampler draws (see :class:`WithoutReplacement`). The order inside a tuple is uniform.
 
     The elementary symmetric polynomials of the prefixes are carried with one power-of-two
-    scale per ``e_k`` (:func:`_elementary_symmetric_prefix`), so ``Q(H)`` keeps its relative
+    scale per ``e_k`` (:func:`elementary_symmetric_prefix`), so ``Q(H)`` keeps its relative
     precision when ``e_n`` falls below the smallest float (masses down to 5e-324).
     """
 
@@ -87,7 +87,7 @@ class ConditionalPoisson(DraftDesign):
     torch_gap = conditional_poisson_torch_gap
 
     def sample(self, q, n, size, rng):
-        mant, expo = _elementary_symmetric_prefix(q[None, :], n)
+        mant, expo = elementary_symmetric_prefix(q[None, :], n)
         mant, shift = np.frexp(mant[:, 0])  # (n, V + 1), mantissas in [0.5, 1)
         expo = expo[:, 0] + shift
         # A float key with the order of e_k along the prefixes: exponent + mantissa offset

@@ -88,11 +88,11 @@ def level_rule_acceptance(p: np.ndarray, q: np.ndarray, n: int, design: str = "i
     from otbound.selection._kernels import rule_acceptance  # numba
 
     _check(design, n)
-    order = _slot_order(p, q)
+    order = slot_order(p, q)
     return float(rule_acceptance(q[order], p[order], n))
 
 
-def _slot_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+def slot_order(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     """The tokens with ``q > 0`` in decreasing ``p / q`` (the sort is cached per step)."""
     from otbound.verifiers._step_cache import ratio_order
 
@@ -109,7 +109,7 @@ def _iid_rule(p: np.ndarray, q: np.ndarray, n: int, design: str) -> SelectionRul
         transfer_ledger,
     )
 
-    order = _slot_order(p, q)
+    order = slot_order(p, q)
     q_sorted, p_sorted = q[order], p[order]
     _, values = slot_values(q_sorted, n)
     mass = q_sorted * values

@@ -109,9 +109,9 @@ class RoundBlocks:
 def round_blocks(p: np.ndarray, q: np.ndarray, n: int, design: str) -> RoundBlocks:
     """Step 1 of the module docstring: the order, ``f`` of its prefixes, the blocks, the target."""
     from otbound.selection._kernels import convex_minorant_blocks  # numba
-    from otbound.selection.levels import _slot_order
+    from otbound.selection.levels import slot_order
 
-    order = _slot_order(p, q)
+    order = slot_order(p, q)
     q_sorted, p_sorted = q[order], p[order]
     # f(B_i) = 1 − Q(the last m − i tokens): the design's prefix masses of the reversed order
     tail_mass = get_design(design).prefix_mass(q_sorted[::-1][None, :], n)[0]
@@ -184,10 +184,10 @@ def poisson_scaled(weights: np.ndarray, n: int) -> tuple[np.ndarray, float]:
     ValueError
         Where ``e_n(c · weights)`` is still not a positive normal float.
     """
-    from otbound.drafts.conditional_poisson import _elementary_symmetric_prefix
+    from otbound.drafts.conditional_poisson import elementary_symmetric_prefix
     from otbound.selection._round_kernels import elementary_symmetric  # numba
 
-    mant, expo = _elementary_symmetric_prefix(weights[None, :], n)
+    mant, expo = elementary_symmetric_prefix(weights[None, :], n)
     top_mant, top_expo = float(mant[n - 1, 0, -1]), float(expo[n - 1, 0, -1])
     whole = 0.0
     if top_mant > 0.0:
