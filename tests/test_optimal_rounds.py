@@ -164,7 +164,7 @@ def test_the_output_law_is_p_for_fitted_and_unfitted_rules(design):
         assert np.abs(law - p).max() <= 1e-12, case
         # a rejected selection lands on a draft only through a violation
         low = loose.acceptance()
-        assert low - 1e-12 <= hit <= low + 2 * loose.violation + 1e-12
+        assert low - 1e-12 <= hit <= low + loose.violation + 1e-12
 
 
 def test_the_enumeration_sees_a_marginal_off_on_one_token():
@@ -255,8 +255,9 @@ def test_alpha_star_at_32000_tokens(design):
     assert isinstance(rule, RoundRule)
     star = ob.optimal_acceptance(p, q, n=2, design=design)
     assert rule.alpha_star == pytest.approx(star, abs=1e-12)
-    assert rule.acceptance() >= star - 1e-9 or rule.gap == pytest.approx(star - rule.acceptance())
-    assert verifier.acceptance(p, q, 2) == rule.exact_acceptance()
+    assert abs(rule.gap) <= 1e-12  # the fit reaches α*
+    exact = verifier.acceptance(p, q, 2)
+    assert exact is not None and exact == rule.exact_acceptance()
     sim = verifier.simulate(p, q, n=2, trials=20_000, seed=1)
     assert sim.accepted.mean() == pytest.approx(rule.acceptance(), abs=0.02)
 
@@ -313,3 +314,45 @@ def test_an_unfitted_rule_reports_no_exact_acceptance():
     assert loose.violation > 1e-6
     assert loose.exact_acceptance() is None
     assert loose.gap == pytest.approx(loose.violation, abs=1e-12)
+
+
+@pytest.mark.parametrize("n", [30, 60])
+def test_the_clock_integral_keeps_its_accuracy_at_many_drafts(n):
+    # the clock integrand narrows as n grows (log T_(n) has variance ≈ 1/n): each block's
+    # total is f's step whatever the shares, from the design's own prefix masses
+    rng = np.random.default_rng(10)
+    vocab = 100
+    p, q = rng.dirichlet(np.ones(vocab)), np.full(vocab, 1 / vocab) * rng.uniform(0.9, 1.1, vocab)
+    q /= q.sum()
+    blocks = round_blocks(p, q, n, "without_replacement")
+    shares = rng.dirichlet(np.ones(3), size=blocks.order.size).T
+    r = round_marginal(blocks.q_sorted, shares, blocks.starts, n, "without_replacement")
+    tail = get_design("without_replacement").prefix_mass(blocks.q_sorted[::-1][None, :], n)[0]
+    f_prefix = 1.0 - tail[::-1]
+    f_prefix[0] = 0.0
+    totals = np.add.reduceat(r, blocks.starts[:-1])
+    assert np.abs(totals - np.diff(f_prefix[blocks.starts])).max() <= 1e-13
+    finer = round_marginal(blocks.q_sorted, shares, blocks.starts, n, "without_replacement", 0.02)
+    assert np.abs(r - finer).max() <= 1e-14
+
+
+def test_tilted_odds_beyond_the_floats_leave_the_other_fits():
+    # a spread q at n = 60 of 100: the first fit leaves a violation, and the clocks' odds
+    # e^{q t*} − 1 at t* (60 fired) reach 1e295, beyond conditional-Poisson fields in floats
+    rng = np.random.default_rng(3)
+    rng.normal(size=(2, 100))
+    z = rng.normal(size=(2, 100)) * 2
+    z[1] += 0.5 * z[0]
+    p, q = np.exp(z)
+    p, q = p / p.sum(), q / q.sum()
+    n, design = 60, "without_replacement"
+    blocks = round_blocks(p, q, n, design)
+    top = np.full(blocks.order.size, rounds_module.ROUNDS - 1.0)
+    first = rounds_module._fit(blocks, n, design, rounds_module.ROUNDS, top, tilted=False)
+    assert first.violation > rounds_module.FIT_TOLERANCE  # the fallbacks run
+    with pytest.raises(ValueError, match="not a positive normal float"):
+        rounds_module.poisson_scaled(rounds_module._tilted(blocks.q_sorted, n), n)
+    rule = round_rule(p, q, n, design)
+    assert rule.selection.sum() == pytest.approx(1.0, abs=1e-13)
+    assert rule.violation <= first.violation
+    assert abs(rule.gap) <= 1e-11  # α* from the design's prefix masses, good to ~1e-12 here
