@@ -9,6 +9,7 @@ fitted ones: losslessness must not depend on the fit.
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ import otbound as ob
 from otbound.drafts.registry import get_design
 from otbound.selection import RoundRule, has_round_rule, round_rule
 from otbound.selection import rounds as rounds_module
-from otbound.selection.rounds import round_blocks, round_marginal
+from otbound.selection.rounds import clock_nodes, round_blocks, round_marginal
 from otbound.verifiers.optimal import OptimalTransport
 
 DESIGNS = ("conditional_poisson", "without_replacement")
@@ -356,3 +357,12 @@ def test_tilted_odds_beyond_the_floats_leave_the_other_fits():
     assert rule.selection.sum() == pytest.approx(1.0, abs=1e-13)
     assert rule.violation <= first.violation
     assert abs(rule.gap) <= 1e-11  # α* from the design's prefix masses, good to ~1e-12 here
+
+
+def test_the_clock_nodes_serve_hundreds_of_drafts():
+    # t_lo^n / n! ≤ 1e-18 with n! beyond the floats (n > 170)
+    q = np.full(400, 1 / 400)
+    for n in (2, 60, 200):
+        nodes, weights = clock_nodes(q, n, 0.15)
+        assert np.all(np.isfinite(nodes)) and np.all(weights > 0)
+        assert n * np.log(nodes[0]) - math.lgamma(n + 1) <= np.log(1e-18)

@@ -166,7 +166,7 @@ def clock_nodes(q_sorted: np.ndarray, n: int, step: float) -> tuple[np.ndarray, 
     ``e^{−x} x^{n−1} / (n − 1)!`` with ``x = t ·`` (the mass beyond them); ``t_hi`` puts that
     below 1e-18. ``dt = t ds``.
     """
-    t_lo = (1e-18 * math.factorial(n)) ** (1.0 / n) / 4.0
+    t_lo = math.exp((math.log(1e-18) + math.lgamma(n + 1)) / n) / 4.0  # n! beyond floats
     ranked = np.sort(q_sorted)[::-1]
     rest = float(ranked[n:].sum()) if ranked.size > n else float(ranked[-1])
     x = 40.0
