@@ -64,7 +64,7 @@ FIT_TOLERANCE = 1e-13
 #: Violation below which :meth:`RoundRule.exact_acceptance` is ``Σ min(p, r)``.
 EXACT_VIOLATION = 5e-13
 #: Largest ``|Σ r − 1|`` accepted as rounding (the clock integral's error is ~1e-15).
-SUM_TOLERANCE = 1e-10
+SUM_TOLERANCE = 1e-12
 
 
 def has_round_rule(design: str, n: int) -> bool:
