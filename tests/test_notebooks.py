@@ -199,6 +199,7 @@ EXPORTS: dict[str, dict[str, str]] = {
         "acceptance": "acceptance",
         "alpha_star": "alpha_star",
         "passed": "check.passed",
+        "set_rule": "(set_rule.acceptance(), set_rule.gap, set_star, set_check.passed)",
         "table": "table",
         "gaps": "gaps",
         "steps": "result.steps",
@@ -700,6 +701,10 @@ def _check_10(facts: dict, text: str) -> None:
     star = ob.optimal_acceptance(p, q, n=n)
     assert facts["alpha_star"] == star
     assert facts["acceptance"] == pytest.approx(star, abs=1e-12) and facts["passed"]
+    set_acceptance, set_gap, set_star, set_passed = facts["set_rule"]  # without replacement
+    assert set_star == ob.optimal_acceptance(p, q, n=n, design="without_replacement")
+    assert set_gap == pytest.approx(set_star - set_acceptance, abs=1e-12) and set_passed
+    assert abs(set_gap) <= 1e-12, f"the round rule left {set_gap:.1e} of α* on the step"
     table = facts["table"]
     mine = table[table.verifier == "optimal"].set_index(["step", "n"]).acceptance
     bound = table[(table.verifier == "bound") & (table.design == "iid")]
