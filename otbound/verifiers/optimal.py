@@ -9,7 +9,7 @@ Three constructions, all lossless by construction:
 * **the round rule** (:func:`otbound.selection.round_rule`), for draft sets
   (``conditional_poisson``, ``without_replacement``) at any ``n`` and vocabulary: the same two
   stages with a rule whose marginal is exact for any of its shares, fitted towards ``α*``
-  (reached to ~1e-12 on the rows measured; the rule reports the gap it leaves);
+  (reached on most rows measured, not all; the rule reports the gap it leaves);
 * **the plan of the set LP**, for every design at small vocabularies: for any draft design,
   :func:`otbound.bounds.primal.solve_primal` returns an optimal membership plan
   ``C[S, y]`` (``y ∈ S``) of
