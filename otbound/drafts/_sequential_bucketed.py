@@ -46,7 +46,7 @@ from otbound.drafts._row_batch import (
 )
 from otbound.drafts._sequential_layout import bucket_columns
 from otbound.drafts._sequential_level import power
-from otbound.drafts._sequential_mass import LOG_TIME_STEP
+from otbound.drafts._sequential_mass import log_time_step
 from otbound.drafts._sequential_sweep import (
     first_length,
     prefix_minimum_kernel,
@@ -355,7 +355,7 @@ def bucketed_prefix_minimum(
     q = np.ascontiguousarray(q, dtype=np.float64)
     distinct, left_times, beta, inverse = row_constants(counts)
     status, gap, index, order, needed, *redo = bucketed_row(
-        p, q, distinct, left_times, LOG_TIME_STEP, beta, inverse,
+        p, q, distinct, left_times, log_time_step(counts), beta, inverse,
         *row_buffers(q.size), numba.get_num_threads(), SERIAL_WORK,
     )  # fmt: skip
     if status == ROW_DECLINED:
@@ -391,7 +391,7 @@ def bucketed_prefix_minima(
         distinct, left_times, beta, inverse = row_constants(counts)
         *_, sigma, stored = row_buffers(0)  # the sizes the threads' buffers start from
         status, gap, index, kept_orders, lengths, needed = bucketed_rows(
-            p, q, distinct, left_times, LOG_TIME_STEP, beta, inverse, threads,
+            p, q, distinct, left_times, log_time_step(counts), beta, inverse, threads,
             np.array([sigma.size, stored.size], dtype=np.int64), orders,
         )  # fmt: skip
         remember_needed(needed.max(axis=0))  # the next batch's threads start there

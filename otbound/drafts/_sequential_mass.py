@@ -74,6 +74,16 @@ _HALF_ULP = 2.0**-54
 NODE_CHUNKS = 16
 
 
+def log_time_step(counts: Sequence[int]) -> float:
+    r"""The trapezoid step in ``ln t`` for these ``n``: :data:`LOG_TIME_STEP` up to 8 drafts,
+    ``LOG_TIME_STEP · √(8 / n)`` beyond. The integrand's peak in ``ln t`` narrows as
+    ``1/√n`` (the ``n``-th clock's time concentrates), and a fixed step left errors of 2e-12
+    at ``n = 16``, 3e-9 at 30 and 4e-7 at 60 against the converged integral; with the shrinking
+    step they stay at rounding (tested against the reference at a fine step)."""
+    top = max(int(n) for n in counts)
+    return LOG_TIME_STEP * min(1.0, math.sqrt(8.0 / top))
+
+
 def left_time(n: int, h: float) -> float:
     """The first node ``t_lo`` such that the left-end error is below ``LEFT_TOLERANCE``."""
     bound = LEFT_TOLERANCE * math.factorial(n) * (-math.expm1(-h * (n + 1))) / h
@@ -181,7 +191,7 @@ def _remaining_mass(q, suffix, counts, t_lo, h, num_nodes, groups):  # pragma: n
     return out
 
 
-def sequential_prefix_mass(q_sorted: np.ndarray, n: int, h: float = LOG_TIME_STEP) -> np.ndarray:
+def sequential_prefix_mass(q_sorted: np.ndarray, n: int, h: float | None = None) -> np.ndarray:
     """``Q(H_i)`` for every prefix ``H_i`` of ``q_sorted`` (sequential draws without replacement).
 
     Parameters
@@ -190,8 +200,8 @@ def sequential_prefix_mass(q_sorted: np.ndarray, n: int, h: float = LOG_TIME_STE
         Draft probabilities in sweep order, summing to one, with at least ``n`` positive.
     n : int
         Number of drafts.
-    h : float
-        Trapezoid step in log time.
+    h : float, optional
+        Trapezoid step in log time (default :func:`log_time_step` of the ``n``).
 
     Returns
     -------
@@ -217,7 +227,7 @@ def _prefix_layout(
 
 
 def sequential_prefix_masses(
-    q_sorted: np.ndarray, counts: Sequence[int], h: float = LOG_TIME_STEP
+    q_sorted: np.ndarray, counts: Sequence[int], h: float | None = None
 ) -> np.ndarray:
     """:func:`sequential_prefix_mass` for several ``n`` at once, from one pass per node.
 
@@ -232,8 +242,8 @@ def sequential_prefix_masses(
         Draft probabilities in sweep order, summing to one.
     counts : sequence of int
         The ``n`` values (any order, repeats allowed), each ``>= 1``.
-    h : float
-        Trapezoid step in log time.
+    h : float, optional
+        Trapezoid step in log time (default :func:`log_time_step` of the ``n``).
 
     Returns
     -------
@@ -241,6 +251,7 @@ def sequential_prefix_masses(
         Row ``j``: ``Q`` of every prefix for ``counts[j]`` drafts (0 where a prefix holds fewer
         than ``counts[j]`` tokens of positive mass).
     """
+    h = log_time_step(counts) if h is None else h
     q, wanted, distinct, suffix, positives, _ = _prefix_layout(q_sorted, counts)
     enough = positives[None, :] >= distinct[:, None]  # fewer than n positive: Q(H) = 0 exactly
     outside = suffix > 0  # nothing outside H: Q(H) = 1 exactly

@@ -40,7 +40,6 @@ from otbound.drafts._sequential_mass import (
     FOLD_MIN,
     LARGEST_TIME,
     LN2,
-    LOG_TIME_STEP,
     MOST_TERMS,
     NODE_CHUNKS,
     RIGHT_TAIL,
@@ -48,6 +47,7 @@ from otbound.drafts._sequential_mass import (
     left_time,
     left_weight_inverses,
     left_weight_kernel,
+    log_time_step,
     segment_mass,
     segment_mass_serial,
     segment_power_sums,
@@ -490,13 +490,14 @@ def prefix_minimum_kernel(  # type: ignore[no-untyped-def]  # pragma: no cover -
 
 
 def row_constants(
-    counts: Sequence[int], h: float = LOG_TIME_STEP
+    counts: Sequence[int], h: float | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """What :func:`prefix_minimum_kernel` takes for every row with these ``counts``:
     ``(distinct, left_times, beta, inverse)``, the distinct ``n`` ascending, each ``n``'s
     left end of the grid (``left_times[n]``,
     :func:`~otbound.drafts._sequential_mass.left_time`), the power series' table for the
     largest ``n`` and the left weight's coefficients."""
+    h = log_time_step(counts) if h is None else h
     distinct = np.asarray(sorted({int(n) for n in counts}), dtype=np.int64)
     top = int(distinct[-1])
     left_times = np.array([math.inf] + [left_time(n, h) for n in range(1, top + 1)])
@@ -526,7 +527,7 @@ def sequential_prefix_minimum(
     p_sorted: np.ndarray,
     q_sorted: np.ndarray,
     counts: Sequence[int],
-    h: float = LOG_TIME_STEP,
+    h: float | None = None,
     *,
     cuts: np.ndarray | None = None,
     refinable: np.ndarray | None = None,
@@ -563,8 +564,9 @@ def sequential_prefix_minimum(
         Target and draft probabilities in sweep order.
     counts : sequence of int
         The ``n`` values, each ``>= 1``.
-    h : float
-        Trapezoid step in log time.
+    h : float, optional
+        Trapezoid step in log time (default
+        :func:`~otbound.drafts._sequential_mass.log_time_step` of ``counts``).
     cuts, refinable, columns, stop : optional
         For a row in *bucket order* (:mod:`otbound.drafts._sequential_bucketed`): only some
         prefixes are prefixes of the ``p/q`` order and only some can hold the minimum.
@@ -587,6 +589,7 @@ def sequential_prefix_minimum(
     p = np.ascontiguousarray(p_sorted, dtype=np.float64)
     q = np.ascontiguousarray(q_sorted, dtype=np.float64)
     size = q.shape[0]
+    h = log_time_step(counts) if h is None else h
     distinct, left_times, beta, inverse = row_constants(counts, h)
     columns = np.arange(size + 1) if columns is None else np.asarray(columns, dtype=np.int64)
     if cuts is None:

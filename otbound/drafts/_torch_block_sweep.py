@@ -51,11 +51,11 @@ import math
 import torch
 
 from otbound.drafts._sequential_mass import (
-    LOG_TIME_STEP,
     MOST_TERMS,
     SERIES_TOLERANCE,
     SMALL_RATE,
     left_time,
+    log_time_step,
     series_table,
 )
 from otbound.drafts._sequential_sweep import CANDIDATE_SLACK
@@ -216,10 +216,11 @@ def _chord_lower(
 
 
 def without_replacement_block_gap(
-    p_sorted: torch.Tensor, q_sorted: torch.Tensor, n: int, h: float = LOG_TIME_STEP
+    p_sorted: torch.Tensor, q_sorted: torch.Tensor, n: int, h: float | None = None
 ) -> torch.Tensor:
     """``min(0, min_i [p(H_i) − Q(H_i)])`` per row (B,) for ``n ≥ 3`` sequential draws without
     replacement, the rows in sweep order (the module docstring's block sweep)."""
+    h = log_time_step([n]) if h is None else h
     rows, vocab = q_sorted.shape
     suffix, live, exact = prefix_layout(q_sorted, n)
     cum_p = with_empty(torch.cumsum(p_sorted, dim=-1))

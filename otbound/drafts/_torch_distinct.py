@@ -67,9 +67,9 @@ from otbound._torch_checks import clip_rounding_torch
 from otbound.bounds.sweep import prefix_mass_what
 from otbound.drafts._sequential_mass import (
     LARGEST_TIME,
-    LOG_TIME_STEP,
     RIGHT_TAIL,
     left_time,
+    log_time_step,
 )
 
 __all__ = [
@@ -508,11 +508,12 @@ def decay(rate: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def without_replacement_prefix_mass(
-    q_sorted: torch.Tensor, n: int, h: float = LOG_TIME_STEP
+    q_sorted: torch.Tensor, n: int, h: float | None = None
 ) -> torch.Tensor:
     r"""``Q(H_i)`` of every prefix ``i = 0..V`` (B, V + 1) for ``n`` sequential draws without
     replacement: ``q(H)`` for ``n = 1``, the closed form for ``n = 2`` (rows where it is not
     finite are integrated), else ``1 − Q = Σ_j w_j P[N < n] + left`` (error below 1e-12)."""
+    h = log_time_step([n]) if h is None else h
     rows = q_sorted.shape[0]
     suffix, live, exact = prefix_layout(q_sorted, n)
     integrate = torch.ones(rows, dtype=torch.bool, device=q_sorted.device)
