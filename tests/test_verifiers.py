@@ -220,12 +220,12 @@ def round_rule_law(rule, x, p):
     starts = list(rule.blocks.starts)
     rounds = rule.shares.shape[0]
     r, out = rule.selection, np.zeros(p.size)
+    pos = [order.index(z) for z in members]
+    block = [max(b for b, s in enumerate(starts) if s <= i) for i in pos]
     for ks in itertools.product(range(rounds), repeat=len(members)):
-        pos = [order.index(z) for z in members]
         chance = math.prod(rule.shares[k, i] for k, i in zip(ks, pos, strict=True))
         if chance == 0:
             continue
-        block = [max(b for b, s in enumerate(starts) if s <= i) for i in pos]
         win = max(range(len(members)), key=lambda j: (-block[j], ks[j], -pos[j]))
         z = members[win]
         keep = min(1.0, p[z] / r[z])

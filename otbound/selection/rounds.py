@@ -155,17 +155,17 @@ def _cumulative(q_sorted: np.ndarray, shares: np.ndarray) -> np.ndarray:
 def clock_nodes(q_sorted: np.ndarray, n: int, step: float) -> tuple[np.ndarray, np.ndarray]:
     r"""Nodes and weights of the trapezoid rule in ``s = log t`` for the clock integral.
 
-    Step: ``step · min(1, √(CLOCK_DRAFTS / n))``. The integrand's peak in ``s`` is the law of
-    ``log T_(n)`` (the ``n``-th firing), whose variance is at least ``ψ′(n) ≈ 1/n`` (the Gamma
-    case, equal rates); the rule's error falls as ``exp(−2π² σ² / h²)``, so the step shrinks as
-    ``1/√n`` beyond :data:`CLOCK_DRAFTS` drafts, keeping ``n h²`` at its value there (at a fixed
-    0.15 the marginal was off by 5e-12 at ``n = 30`` and by 1e-6 at ``n = 60``).
+    Step: :func:`~otbound.drafts._sequential_mass.narrowed_step` of ``step`` beyond
+    :data:`CLOCK_DRAFTS` drafts (at a fixed 0.15 the marginal was off by 5e-12 at ``n = 30``
+    and by 1e-6 at ``n = 60``).
 
     Left end: before ``t_lo`` the integrand carries ``P[n − 1 others fired] · π_z ≤ t^n /
     (n − 1)!`` (``q(V) = 1``), below 1e-18. Right end: past the ``n`` largest clocks it decays as
     ``e^{−x} x^{n−1} / (n − 1)!`` with ``x = t ·`` (the mass beyond them); ``t_hi`` puts that
     below 1e-18. ``dt = t ds``.
     """
+    from otbound.drafts._sequential_mass import narrowed_step  # numba
+
     t_lo = math.exp((math.log(1e-18) + math.lgamma(n + 1)) / n) / 4.0  # n! beyond floats
     ranked = np.sort(q_sorted)[::-1]
     rest = float(ranked[n:].sum()) if ranked.size > n else float(ranked[-1])
@@ -173,7 +173,7 @@ def clock_nodes(q_sorted: np.ndarray, n: int, step: float) -> tuple[np.ndarray, 
     while -x + (n - 1) * math.log(x) - math.lgamma(n) > math.log(1e-18):
         x *= 1.1
     t_hi = x / max(rest, 1e-300)
-    step *= min(1.0, math.sqrt(CLOCK_DRAFTS / n))
+    step = narrowed_step(step, n, CLOCK_DRAFTS)
     s = np.arange(math.log(t_lo), math.log(t_hi) + step, step)
     t = np.exp(s)
     return t, step * t
