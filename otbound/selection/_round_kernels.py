@@ -44,36 +44,44 @@ def _times_linear(poly, c):  # type: ignore[no-untyped-def]  # pragma: no cover 
 
 
 @numba.njit(cache=True)
-def cp_round_values(q_sorted, cumulative, starts, n):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
-    r"""``φ[k, z] = e_{n−1}(u^{(z, k+1)}_{−z})``: the conditional-Poisson field of round ``k + 1``.
+def _block_fields(q, cumulative, base, n, prefix, phi):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    r"""``phi[k, z] = e_{n−1}(u^{(z, k+1)}_{−z})`` for the tokens of one block (listed top-down).
 
-    ``Π_y (1 + u_y X)`` over the other tokens is the product of the lower blocks' factors
-    (``u = q``: carried in ``base``), the prefix of ``z``'s block above it (``u =
-    cumulative[k − 1]``) and its suffix below it (``u = cumulative[k]``); the prefix products
-    are kept, the suffix is built running upwards, so a round costs ``O(n m)``.
+    ``Π_y (1 + u_y X)`` over the other tokens is ``base`` (the blocks below, ``u = q``) times
+    the prefix of the block above ``z`` (``u = cumulative[k − 1]``) and its suffix below ``z``
+    (``u = cumulative[k]``); the prefix products are kept in ``prefix`` (size + 1, n), the
+    suffix is built running upwards, so a round costs ``O(n · size)``.
     """
+    rounds, size = cumulative.shape[0] - 1, q.shape[0]
+    below = np.zeros(n)
+    for k in range(1, rounds + 1):
+        prefix[0, :] = 0.0
+        prefix[0, 0] = 1.0
+        for z in range(size):
+            prefix[z + 1, :] = prefix[z, :]
+            _times_linear(prefix[z + 1], cumulative[k - 1, z])
+        below[:] = base
+        for z in range(size - 1, -1, -1):
+            total = 0.0
+            for i in range(n):
+                total += prefix[z, i] * below[n - 1 - i]
+            phi[k - 1, z] = total
+            _times_linear(below, cumulative[k, z])
+
+
+@numba.njit(cache=True)
+def cp_round_values(q_sorted, cumulative, starts, n):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    r"""``φ[k, z] = e_{n−1}(u^{(z, k+1)}_{−z})``: the conditional-Poisson field of round ``k + 1``,
+    block by block from the lowest (:func:`_block_fields`, ``base`` the blocks below)."""
     rounds = cumulative.shape[0] - 1
     m = q_sorted.shape[0]
     phi = np.zeros((rounds, m))
     base = np.zeros(n)
     base[0] = 1.0
     prefix = np.zeros((m + 1, n))
-    below = np.zeros(n)
     for b in range(starts.shape[0] - 2, -1, -1):
         lo, hi = starts[b], starts[b + 1]
-        for k in range(1, rounds + 1):
-            prefix[lo, :] = 0.0
-            prefix[lo, 0] = 1.0
-            for z in range(lo, hi):
-                prefix[z + 1, :] = prefix[z, :]
-                _times_linear(prefix[z + 1], cumulative[k - 1, z])
-            below[:] = base
-            for z in range(hi - 1, lo - 1, -1):
-                total = 0.0
-                for i in range(n):
-                    total += prefix[z, i] * below[n - 1 - i]
-                phi[k - 1, z] = total
-                _times_linear(below, cumulative[k, z])
+        _block_fields(q_sorted[lo:hi], cumulative[:, lo:hi], base, n, prefix, phi[:, lo:hi])
         for z in range(lo, hi):
             _times_linear(base, q_sorted[z])
     return phi
@@ -243,14 +251,36 @@ def _sweep_up(q, target, below, position, scale, cum, omega):  # type: ignore[no
 
 
 @numba.njit(cache=True)
-def _fit_block(q, target, below, position, scale, sweeps, omega):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
-    """Symmetric Gauss-Seidel sweeps over one block (listed bottom-up), until no position
-    moves by more than 1e-15 or ``sweeps`` sweeps are done."""
+def _block_violation(q, limit, low, below, position, scale, cum, prefix, phi):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    r"""The block's exact violation in the units of ``limit`` (``p`` in the units of ``φ``):
+    ``Σ (v − limit)⁺`` where ``low`` (slope ``< 1``), else ``Σ (limit − v)⁺``, with ``v_z = q_z
+    Σ_k s_k(z) φ_k(z) scale[k, z]`` at the current positions (block listed bottom-up)."""
+    rounds = scale.shape[0]
+    _block_fields(q[::-1], cum[:, ::-1], below, below.shape[0], prefix, phi[:, ::-1])
+    total = 0.0
+    for z in range(q.shape[0]):
+        k = min(max(int(np.floor(position[z])), 0), rounds - 2)
+        frac = position[z] - k
+        value = (1.0 - frac) * phi[k, z] * scale[k, z] + frac * phi[k + 1, z] * scale[k + 1, z]
+        value *= q[z]
+        total += max(value - limit[z], 0.0) if low else max(limit[z] - value, 0.0)
+    return total
+
+
+@numba.njit(cache=True)
+def _fit_block(q, target, limit, low, below, position, scale, sweeps, omega, tolerance):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """Symmetric Gauss-Seidel sweeps over one block (listed bottom-up), until its exact
+    violation (:func:`_block_violation`) is at most ``tolerance``, no position moves by more
+    than 1e-15, or ``sweeps`` sweeps are done."""
     rounds = scale.shape[0]
     cum = np.zeros((rounds + 1, q.shape[0]))
     for z in range(q.shape[0]):
         _cumulate(q[z], position[z], rounds, cum[:, z])
+    prefix = np.zeros((q.shape[0] + 1, below.shape[0]))
+    phi = np.zeros((rounds, q.shape[0]))
     for _ in range(sweeps):
+        if _block_violation(q, limit, low, below, position, scale, cum, prefix, phi) <= tolerance:
+            break
         before = position.copy()
         _sweep_down(q, target, below, position, scale, cum, omega)
         _sweep_up(q, target, below, position, scale, cum, omega)
@@ -259,7 +289,7 @@ def _fit_block(q, target, below, position, scale, sweeps, omega):  # type: ignor
 
 
 @numba.njit(cache=True)
-def fit_positions(q_sorted, target, starts, n, position, scale, sweeps, omega):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+def fit_positions(q_sorted, target, limit, low, starts, n, position, scale, sweeps, omega, tolerance):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     r"""Fit every token's position so that its conditional-Poisson value meets its target.
 
     Token ``z``'s value ``q_z Σ_k s_k(z) φ_k(z) scale[k, z]`` (``φ`` of
@@ -267,7 +297,9 @@ def fit_positions(q_sorted, target, starts, n, position, scale, sweeps, omega): 
     increases with the round; given the others, :func:`_position_for` picks the split that
     hits ``target[z]`` (in the units of ``φ``). A block's values depend on the blocks below it
     only through ``Π (1 + q_y X)`` and not on the blocks above, so the blocks are fitted one
-    at a time; inside a block, symmetric Gauss-Seidel sweeps with over-relaxation ``omega``.
+    at a time; inside a block, symmetric Gauss-Seidel sweeps with over-relaxation ``omega``,
+    until the block's violation against ``limit`` (``p`` in the same units; ``low[z]`` where
+    ``z``'s block has slope ``< 1``) is at most ``tolerance`` times its target's total.
 
     Returns
     -------
@@ -284,11 +316,14 @@ def fit_positions(q_sorted, target, starts, n, position, scale, sweeps, omega): 
             _fit_block(
                 q_sorted[lo:hi][::-1].copy(),
                 target[lo:hi][::-1].copy(),
+                limit[lo:hi][::-1].copy(),
+                low[lo],
                 below,
                 part,
                 scale[:, lo:hi][:, ::-1].copy(),
                 sweeps,
                 omega,
+                tolerance * target[lo:hi].sum(),
             )
             out[lo:hi] = part[::-1]
         for y in range(lo, hi):

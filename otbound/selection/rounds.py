@@ -61,6 +61,9 @@ CLOCK_DRAFTS = 16
 SWEEPS, CORRECTION_SWEEPS = 60, 15
 #: Violation of the ``α*`` conditions below which a fit stops.
 FIT_TOLERANCE = 1e-13
+#: A block's fit stops once its violation is at most this fraction of its selection mass
+#: (summed over the blocks: a quarter of :data:`FIT_TOLERANCE`).
+BLOCK_TOLERANCE = FIT_TOLERANCE / 4
 #: Violation below which :meth:`RoundRule.exact_acceptance` is ``Σ min(p, r)``.
 EXACT_VIOLATION = 5e-13
 #: Largest ``|Σ r − 1|`` accepted as rounding (the clock integral's error is ~1e-15).
@@ -312,8 +315,10 @@ def _fit_surrogate(
     from otbound.selection._round_kernels import fit_positions  # numba
 
     scaled, whole = poisson_scaled(weights, n)
-    units = blocks.target * whole
-    out: np.ndarray = fit_positions(scaled, units, blocks.starts, n, position, scale, sweeps, OMEGA)
+    units, limit, low = blocks.target * whole, blocks.p_sorted * whole, blocks.slope < 1.0
+    out: np.ndarray = fit_positions(
+        scaled, units, limit, low, blocks.starts, n, position, scale, sweeps, OMEGA, BLOCK_TOLERANCE
+    )
     if not np.all(np.isfinite(out)):
         raise ValueError(
             f"round rule (n={n}): the fitted positions are not finite "
