@@ -1282,3 +1282,23 @@ def test_group_power_sums_are_the_sums_of_the_powers(count, terms):
     for r in range(1, terms + 1):
         want = math.fsum((masses / largest) ** r)
         assert out[r - 1] == pytest.approx(want, rel=1e-15 * max(count, 1), abs=1e-300)
+
+
+from otbound.drafts._sequential_mass import LEFT_TOLERANCE, left_time  # noqa: E402
+
+
+@pytest.mark.parametrize("h", [0.05, 0.2])
+@pytest.mark.parametrize("n", [1, 2, 8, 60, 170, 171, 400, 5000])
+def test_the_left_end_of_the_clock_grid_meets_its_tolerance_at_any_n(n, h):
+    """``t_lo`` is the largest ``t ≤ 1`` with ``t^{n+1} h / (n! (1 − e^{−h(n+1)})) ≤
+    LEFT_TOLERANCE`` (the left-end error), checked in logs: past ``n = 170``, where ``n!``
+    leaves the floats, as below it (where it equals the factorial's form)."""
+    t_lo = left_time(n, h)
+    log_scale = math.lgamma(n + 1) + math.log(-math.expm1(-h * (n + 1))) - math.log(h)
+    log_error = (n + 1) * math.log(t_lo) - log_scale
+    assert 0.0 < t_lo <= 1.0
+    assert log_error <= math.log(LEFT_TOLERANCE) + 1e-9
+    assert t_lo == 1.0 or log_error >= math.log(LEFT_TOLERANCE) - 1e-9  # the largest such t
+    if n <= 170:
+        bound = LEFT_TOLERANCE * math.factorial(n) * (-math.expm1(-h * (n + 1))) / h
+        assert t_lo == pytest.approx(min(bound ** (1.0 / (n + 1)), 1.0), rel=1e-12)

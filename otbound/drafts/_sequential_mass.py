@@ -94,8 +94,13 @@ def log_time_step(counts: Sequence[int]) -> float:
 
 def left_time(n: int, h: float) -> float:
     """The first node ``t_lo`` such that the left-end error is below ``LEFT_TOLERANCE``."""
-    bound = LEFT_TOLERANCE * math.factorial(n) * (-math.expm1(-h * (n + 1))) / h
-    return min(bound ** (1.0 / (n + 1)), 1.0)
+    log_bound = (
+        math.log(LEFT_TOLERANCE)
+        + math.lgamma(n + 1)
+        + math.log(-math.expm1(-h * (n + 1)))
+        - math.log(h)
+    )  # in logs: n! leaves the floats at n = 171
+    return min(math.exp(log_bound / (n + 1)), 1.0)
 
 
 def _left_weight(lam: np.ndarray, t_lo: float, h: float) -> np.ndarray:
