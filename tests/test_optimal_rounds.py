@@ -360,9 +360,35 @@ def test_tilted_odds_beyond_the_floats_leave_the_other_fits():
 
 
 def test_the_clock_nodes_serve_hundreds_of_drafts():
-    # t_lo^n / n! ≤ 1e-18 with n! beyond the floats (n > 170)
+    # t_lo^{n+1} e_{n+1}(q) ≤ 1e-18, with e_{n+1} of 400 equal masses C(400, n+1) / 400^{n+1}
+    # far below the floats (n = 200)
     q = np.full(400, 1 / 400)
     for n in (2, 60, 200):
         nodes, weights = clock_nodes(q, n, 0.15)
         assert np.all(np.isfinite(nodes)) and np.all(weights > 0)
-        assert n * np.log(nodes[0]) - math.lgamma(n + 1) <= np.log(1e-18)
+        log_top = (
+            math.lgamma(401) - math.lgamma(n + 2) - math.lgamma(400 - n) - (n + 1) * math.log(400)
+        )
+        assert (n + 1) * np.log(nodes[0]) + log_top <= np.log(1e-18)
+
+
+@pytest.mark.parametrize(("seed", "n"), [(0, 2), (1, 3), (2, 5)])
+def test_the_clock_integral_leaves_nothing_left_of_its_grid(seed, n):
+    # forty more nodes to the left of t_lo (down to t_lo e^{-6}) change no marginal by more
+    # than rounding: the integrand there is the (n+1)-th clock's density, below 1e-18
+    from otbound.selection._round_kernels import wor_round_values
+
+    rng = np.random.default_rng(seed)
+    p, q = rng.dirichlet(np.ones(40)), rng.dirichlet(np.full(40, 0.3))
+    blocks = round_blocks(p, q, n, "without_replacement")
+    shares = rng.dirichlet(np.ones(3), size=blocks.order.size).T
+    cumulative = rounds_module._cumulative(blocks.q_sorted, shares)
+    nodes, weights = clock_nodes(blocks.q_sorted, n, 0.15)
+    left = nodes[0] * np.exp(-0.15 * np.arange(40, 0, -1))
+    wide = (np.concatenate([left, nodes]), np.concatenate([0.15 * left, weights]))
+    args = (blocks.q_sorted, cumulative, blocks.starts, n)
+    r = (shares * wor_round_values(*args, nodes, weights, 1)).sum(axis=0)
+    r_wide = (shares * wor_round_values(*args, *wide, 1)).sum(axis=0)
+    assert np.abs(r_wide - r).max() <= 1e-17
+    short = wor_round_values(*args, nodes[40:], weights[40:], 1)  # a left end 40 nodes late
+    assert np.abs((shares * short).sum(axis=0) - r).max() > 1e-17  # would be seen

@@ -162,14 +162,20 @@ def clock_nodes(q_sorted: np.ndarray, n: int, step: float) -> tuple[np.ndarray, 
     :data:`CLOCK_DRAFTS` drafts (at a fixed 0.15 the marginal was off by 5e-12 at ``n = 30``
     and by 1e-6 at ``n = 60``).
 
-    Left end: before ``t_lo`` the integrand carries ``P[n − 1 others fired] · π_z ≤ t^n /
-    (n − 1)!`` (``q(V) = 1``), below 1e-18. Right end: past the ``n`` largest clocks it decays as
-    ``e^{−x} x^{n−1} / (n − 1)!`` with ``x = t ·`` (the mass beyond them); ``t_hi`` puts that
-    below 1e-18. ``dt = t ds``.
+    Left end: summed over the tokens, the integrand at ``t`` is the density of the
+    ``(n + 1)``-th clock (the set is the first ``n``; the next one fires at ``t``), so what lies
+    before ``t_lo`` is at most ``P[n + 1 clocks fired by t_lo] ≤ e_{n+1}(π(t_lo)) ≤
+    t_lo^{n+1} e_{n+1}(q)`` (``π_x(t) ≤ q_x t``); ``t_lo`` puts that below 1e-18 (a quarter of
+    it: room for the trapezoid's first node). Right end: past the ``n`` largest clocks it
+    decays as ``e^{−x} x^{n−1} / (n − 1)!`` with ``x = t ·`` (the mass beyond them); ``t_hi``
+    puts that below 1e-18. ``dt = t ds``. Needs ``n + 1`` tokens of ``q > 0``.
     """
     from otbound.drafts._sequential_mass import narrowed_step  # numba
+    from otbound.drafts.conditional_poisson import elementary_symmetric_prefix
 
-    t_lo = math.exp((math.log(1e-18) + math.lgamma(n + 1)) / n) / 4.0  # n! beyond floats
+    mant, expo = elementary_symmetric_prefix(q_sorted[None, :], n + 1)
+    log_top = math.log(float(mant[n, 0, -1])) + float(expo[n, 0, -1]) * math.log(2.0)
+    t_lo = math.exp((math.log(1e-18) - log_top) / (n + 1)) / 4.0  # e_{n+1}(q) may underflow
     ranked = np.sort(q_sorted)[::-1]
     rest = float(ranked[n:].sum()) if ranked.size > n else float(ranked[-1])
     x = 40.0
