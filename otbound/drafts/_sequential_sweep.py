@@ -261,6 +261,7 @@ def _sweep_levels(  # type: ignore[no-untyped-def]  # pragma: no cover - compile
         ``ends`` for the caller's numpy checks.
     """
     top = integrated[integrated.shape[0] - 1]
+    fold_min = FOLD_MIN if _fold_fits(top) else q.shape[0]  # else no segment is folded
     chunks = max(1, min(NODE_CHUNKS, num_nodes))
     starts = first[:-1]
     ends = first[1:]
@@ -278,7 +279,7 @@ def _sweep_levels(  # type: ignore[no-untyped-def]  # pragma: no cover - compile
         for s in range(1, starts.shape[0]):
             whole = whole and starts[s] == ends[s - 1]
         edges, vals, lam_after, rows, total, longest = level_layout(
-            q, suffix, starts, ends, scale, FOLD_MIN, not whole
+            q, suffix, starts, ends, scale, fold_min, not whole
         )
         if whole:
             vals = q[: ends[-1]]
@@ -340,6 +341,18 @@ def _sweep_levels(  # type: ignore[no-untyped-def]  # pragma: no cover - compile
                 for k in range(top):
                     states[j, c, k] = stored[j, chosen[c], k]
     return LEVEL_SETTLED, remaining, left, ends
+
+
+@numba.njit(cache=True)
+def _fold_fits(top):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    r"""Whether a block of tokens can join the count distributions of ``top`` drafts at once
+    (:func:`~otbound.drafts._sequential_mass._fold`): ``top − 1 ≤ MOST_TERMS``.
+
+    The fold's generating function ``e^{−A} exp(Σ_{m<top} c_m z^m)`` takes every ``c_m`` from
+    its terms ``β[m, r] u^r σ_r``, ``r = m, m + 1, …``: at least ``top − 1`` power sums
+    ``σ_r``, and a block keeps ``MOST_TERMS`` of them (as does the series table ``β``). Beyond,
+    every segment is swept token by token (the torch sweep's ``degree <= MOST_TERMS``)."""
+    return top - 1 <= MOST_TERMS
 
 
 @numba.njit(cache=True)
@@ -477,7 +490,7 @@ def prefix_minimum_kernel(  # type: ignore[no-untyped-def]  # pragma: no cover -
         first = _first_level(stop)
         may_refine = np.ones(first.shape[0] - 1, dtype=np.bool_)
     segments = first.shape[0] - 1
-    needed[0] = segments * num_nodes * MOST_TERMS
+    needed[0] = segments * num_nodes * MOST_TERMS if _fold_fits(top) else 0
     needed[1] = segments * num_nodes * top
     status, remaining, left, ends = _sweep_levels(
         q, suffix, positives, cum_p, p, integrated, slots, growth, gap, index, known, beta,
@@ -545,7 +558,8 @@ def sequential_prefix_minimum(
       :func:`~otbound.drafts._sequential_layout.closed_minimum`); where the odds of ``n = 2``
       overflow (``1 − q_x`` below the normal range), ``n = 2`` is integrated as below.
     * For ``n ≥ 3`` the tokens are cut into blocks of consecutive prefixes. At each node the
-      block's tokens with ``q_x t ≤ SMALL_RATE`` join the count distribution at once, by the
+      block's tokens with ``q_x t ≤ SMALL_RATE`` join the count distribution at once (up to
+      ``MOST_TERMS + 1`` drafts, :func:`_fold_fits`; one by one beyond), by the
       generating function ``Π_x (e^{−a_x} + (1 − e^{−a_x}) z) = e^{−A} exp(Σ_m c_m z^m)``
       with ``a_x = q_x t``, ``A = Σ a_x`` and ``c_m = (−1)^{m−1}/m Σ_x (e^{a_x} − 1)^m``, a
       power series in the power sums ``Σ_x a_x^r`` (precomputed per block) whose tail beyond
