@@ -549,6 +549,8 @@ def _fold(state, sums, u, beta, top, work, gen, inverse_factorial):  # pragma: n
         return True
     mu = (top - 1) * u
     terms = top - 1
+    if terms > MOST_TERMS:  # the sums, β and the factorials hold MOST_TERMS terms
+        return False
     tail = mass * mu**terms * inverse_factorial[terms + 1] if mu > 0.0 else 0.0
     while tail > SERIES_TOLERANCE:
         terms += 1

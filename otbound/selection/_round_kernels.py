@@ -289,9 +289,9 @@ def _fit_block(q, target, limit, low, below, position, scale, sweeps, omega, tol
 
 
 @numba.njit(cache=True)
-def fit_positions(
+def fit_positions(  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     q_sorted, target, limit, low, starts, n, position, scale, sweeps, omega, tolerance
-):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+):
     r"""Fit every token's position so that its conditional-Poisson value meets its target.
 
     Token ``z``'s value ``q_z Σ_k s_k(z) φ_k(z) scale[k, z]`` (``φ`` of

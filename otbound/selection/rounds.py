@@ -64,6 +64,9 @@ FIT_TOLERANCE = 1e-13
 #: A block's fit stops once its violation is at most this fraction of its selection mass
 #: (summed over the blocks: a quarter of :data:`FIT_TOLERANCE`).
 BLOCK_TOLERANCE = FIT_TOLERANCE / 4
+#: A without-replacement fit whose violation stops halving above this (far above the error
+#: of the coarse clock rule) stops: its rounds leave no room, and the fallbacks take over.
+STALL_VIOLATION = 1e-8
 #: Violation below which :meth:`RoundRule.exact_acceptance` is ``Σ min(p, r)``.
 EXACT_VIOLATION = 5e-13
 #: Largest ``|Σ r − 1|`` accepted as rounding (the clock integral's error is ~1e-15).
@@ -340,21 +343,26 @@ def _fit_without_replacement(
     round's field by (exact clock value) / (surrogate value) and fit again; returns the
     positions with the least violation. The clock values take :data:`COARSE_STEP` until the
     violation is below 1e-6 or stops halving (the coarse rule's error can be its floor), then
-    :data:`FINE_STEP`; the corrections stop below :data:`FIT_TOLERANCE`, or when three at the
-    fine step have not halved the violation."""
+    :data:`FINE_STEP`; the corrections stop below :data:`FIT_TOLERANCE`, when two at the coarse
+    step have not cut a violation above :data:`STALL_VIOLATION` by a tenth, or when three at
+    the fine step have not halved it."""
     scale = np.ones((rounds, blocks.q_sorted.size))
     position = _fit_surrogate(blocks, weights, n, position, scale, sweeps)
-    best, best_at, step = (np.inf, position), 0, COARSE_STEP
+    best, best_at, gained_at, step = (np.inf, position), 0, 0, COARSE_STEP
     for correction in range(15):
         shares = shares_from_positions(position, rounds)
         exact = round_values(blocks.q_sorted, shares, blocks.starts, n, _WOR, step)
         violation = blocks.violation((shares * exact).sum(axis=0))
         if violation < 0.5 * best[0]:
             best_at = correction  # progress: the violation halved
+        if violation < 0.9 * best[0]:
+            gained_at = correction  # some progress: it fell by a tenth
         if violation < best[0]:
             best = (violation, position)
         if violation <= FIT_TOLERANCE:
             break
+        if step == COARSE_STEP and correction - gained_at >= 2 and violation > STALL_VIOLATION:
+            break  # stuck far above the coarse rule's error: no room in these rounds (fallbacks)
         if step == COARSE_STEP and (violation < 1e-6 or correction - best_at >= 2):
             step, best_at = FINE_STEP, correction  # near the end, or the coarse rule's floor
         elif correction - best_at >= 3:
