@@ -91,19 +91,38 @@ def cp_round_values(q_sorted, cumulative, starts, n):  # type: ignore[no-untyped
 def _times_clock(a, b, stay, rate, fire):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     r"""``(a + ε b) ← (a + ε b) · (stay (1 + ε rate) + fire X)`` with ``ε² = 0``, in place."""
     for d in range(a.shape[0] - 1, 0, -1):
-        b[d] = stay * b[d] + stay * rate * a[d] + fire * b[d - 1]
+        b[d] = stay * (b[d] + rate * a[d]) + fire * b[d - 1]
         a[d] = stay * a[d] + fire * a[d - 1]
-    b[0] = stay * b[0] + stay * rate * a[0]
+    b[0] = stay * (b[0] + rate * a[0])
     a[0] = stay * a[0]
 
 
 @numba.njit(cache=True)
-def _wor_node(q_sorted, cumulative, starts, n, t, weight, out, pre_a, pre_b):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
-    r"""Add one node ``t`` of the clock integral to ``out[k, z]`` (see :func:`wor_round_values`);
-    ``pre_a``, ``pre_b`` (m + 1, n) are room for a block's prefix products."""
-    rounds = cumulative.shape[0] - 1
-    stay = np.exp(-q_sorted * t)
-    fired = -np.expm1(-q_sorted * t)
+def _copy_row(src, dst):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """``dst[:] = src`` as a loop (no temporary)."""
+    for d in range(src.shape[0]):
+        dst[d] = src[d]
+
+
+@numba.njit(cache=True)
+def _clock_state(q_sorted, t, stay, fired):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """``stay = e^{−q t}`` and ``fired = 1 − stay`` (``−expm1`` where ``q t < 1/2``), one exp."""
+    for y in range(q_sorted.shape[0]):
+        x = q_sorted[y] * t
+        stay[y] = np.exp(-x)
+        fired[y] = -np.expm1(-x) if x < 0.5 else 1.0 - stay[y]
+
+
+@numba.njit(cache=True)
+def _wor_node(q_sorted, share_sums, starts, n, t, weight, out, work):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    r"""Add one node ``t`` of the clock integral to ``out[k, z]`` (see :func:`wor_round_values`).
+
+    ``share_sums[k, y] = (s_1 + … + s_k)(y)``; ``work`` holds the room for a block's prefix
+    products (``pre_a``, ``pre_b``: (m + 1, n)) and the clocks' states (``stay``, ``fired``).
+    """
+    pre_a, pre_b, stay, fired = work
+    rounds = share_sums.shape[0] - 1
+    _clock_state(q_sorted, t, stay, fired)
     blocks = starts.shape[0] - 1
     high_a, high_b = np.ones(blocks + 1), np.zeros(blocks + 1)  # blocks above: never fired
     for j in range(blocks):
@@ -121,16 +140,18 @@ def _wor_node(q_sorted, cumulative, starts, n, t, weight, out, pre_a, pre_b):  #
             pre_a[lo, :], pre_b[lo, :] = 0.0, 0.0
             pre_a[lo, 0], pre_b[lo, 0] = high_a[j], high_b[j]
             for y in range(lo, hi):
-                pre_a[y + 1, :], pre_b[y + 1, :] = pre_a[y, :], pre_b[y, :]
-                beaten = fired[y] * cumulative[k - 1, y] / q_sorted[y]
+                _copy_row(pre_a[y], pre_a[y + 1])
+                _copy_row(pre_b[y], pre_b[y + 1])
+                beaten = fired[y] * share_sums[k - 1, y]
                 _times_clock(pre_a[y + 1], pre_b[y + 1], stay[y], q_sorted[y], beaten)
-            run_a[:], run_b[:] = low_a, low_b
+            _copy_row(low_a, run_a)
+            _copy_row(low_b, run_b)
             for z in range(hi - 1, lo - 1, -1):
                 total = 0.0
                 for i in range(n):
                     total += pre_a[z, i] * run_b[n - 1 - i] + pre_b[z, i] * run_a[n - 1 - i]
                 out[k - 1, z] += weight * fired[z] * total
-                beaten = fired[z] * cumulative[k, z] / q_sorted[z]
+                beaten = fired[z] * share_sums[k, z]
                 _times_clock(run_a, run_b, stay[z], q_sorted[z], beaten)
         for y in range(lo, hi):
             _times_clock(low_a, low_b, stay[y], q_sorted[y], fired[y])
@@ -148,13 +169,13 @@ def wor_round_values(q_sorted, cumulative, starts, n, nodes, weights, threads): 
     """
     rounds = cumulative.shape[0] - 1
     m = q_sorted.shape[0]
+    share_sums = cumulative / q_sorted  # the round shares summed, free of t
     chunks = max(1, min(threads, nodes.shape[0]))
     parts = np.zeros((chunks, rounds, m))
     for c in numba.prange(chunks):
-        pre_a, pre_b = np.zeros((m + 1, n)), np.zeros((m + 1, n))
+        work = (np.zeros((m + 1, n)), np.zeros((m + 1, n)), np.empty(m), np.empty(m))
         for i in range(c, nodes.shape[0], chunks):
-            node, weight = nodes[i], weights[i]
-            _wor_node(q_sorted, cumulative, starts, n, node, weight, parts[c], pre_a, pre_b)
+            _wor_node(q_sorted, share_sums, starts, n, nodes[i], weights[i], parts[c], work)
     out = np.zeros((rounds, m))
     for c in range(chunks):
         out += parts[c]
