@@ -44,6 +44,13 @@ def _times_linear(poly, c):  # type: ignore[no-untyped-def]  # pragma: no cover 
 
 
 @numba.njit(cache=True)
+def _copy_row(src, dst):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """``dst[:] = src`` as a loop (no temporary)."""
+    for d in range(src.shape[0]):
+        dst[d] = src[d]
+
+
+@numba.njit(cache=True)
 def _block_fields(q, cumulative, base, n, prefix, phi):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     r"""``phi[k, z] = e_{n−1}(u^{(z, k+1)}_{−z})`` for the tokens of one block (listed top-down).
 
@@ -58,7 +65,7 @@ def _block_fields(q, cumulative, base, n, prefix, phi):  # type: ignore[no-untyp
         prefix[0, :] = 0.0
         prefix[0, 0] = 1.0
         for z in range(size):
-            prefix[z + 1, :] = prefix[z, :]
+            _copy_row(prefix[z], prefix[z + 1])
             _times_linear(prefix[z + 1], cumulative[k - 1, z])
         below[:] = base
         for z in range(size - 1, -1, -1):
@@ -95,13 +102,6 @@ def _times_clock(a, b, stay, rate, fire):  # type: ignore[no-untyped-def]  # pra
         a[d] = stay * a[d] + fire * a[d - 1]
     b[0] = stay * (b[0] + rate * a[0])
     a[0] = stay * a[0]
-
-
-@numba.njit(cache=True)
-def _copy_row(src, dst):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
-    """``dst[:] = src`` as a loop (no temporary)."""
-    for d in range(src.shape[0]):
-        dst[d] = src[d]
 
 
 @numba.njit(cache=True)
@@ -230,7 +230,7 @@ def _sweep_down(q, target, below, position, scale, cum, omega):  # type: ignore[
     for k in range(1, rounds + 1):
         lower[k, 0, :] = below
         for z in range(size):
-            lower[k, z + 1, :] = lower[k, z, :]
+            _copy_row(lower[k, z], lower[k, z + 1])
             _times_linear(lower[k, z + 1], cum[k, z])
     upper = np.zeros((rounds + 1, n))
     upper[:, 0] = 1.0
@@ -254,7 +254,7 @@ def _sweep_up(q, target, below, position, scale, cum, omega):  # type: ignore[no
     for k in range(rounds):
         upper[k, size, 0] = 1.0
         for z in range(size - 1, -1, -1):
-            upper[k, z, :] = upper[k, z + 1, :]
+            _copy_row(upper[k, z + 1], upper[k, z])
             _times_linear(upper[k, z], cum[k, z])
     lower = np.zeros((rounds + 1, n))
     for k in range(rounds + 1):
