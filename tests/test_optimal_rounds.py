@@ -392,3 +392,59 @@ def test_the_clock_integral_leaves_nothing_left_of_its_grid(seed, n):
     assert np.abs(r_wide - r).max() <= 1e-17
     short = wor_round_values(*args, nodes[40:], weights[40:], 1)  # a left end 40 nodes late
     assert np.abs((shares * short).sum(axis=0) - r).max() > 1e-17  # would be seen
+
+
+def test_a_block_fit_stops_once_its_exact_violation_is_met():
+    # the fit of a block ends when every token is on the right side of p, not at the target:
+    # with a tolerance as large as the block's mass no sweep runs, with none it runs to the
+    # end, and the tolerance the rule uses leaves the same violation as running to the end
+    from otbound.selection._round_kernels import fit_positions
+
+    rng = np.random.default_rng(12)
+    p, q = rng.dirichlet(np.ones(30)), rng.dirichlet(np.ones(30))
+    n, design = 3, "conditional_poisson"
+    blocks = round_blocks(p, q, n, design)
+    assert np.diff(blocks.starts).max() > 1  # a block to fit
+    scaled, whole = rounds_module.poisson_scaled(blocks.q_sorted, n)
+    top = np.full(blocks.order.size, rounds_module.ROUNDS - 1.0)
+    scale = np.ones((rounds_module.ROUNDS, top.size))
+
+    def fit(tolerance: float) -> np.ndarray:
+        args = (blocks.target * whole, blocks.p_sorted * whole, blocks.slope < 1.0)
+        return fit_positions(scaled, *args, blocks.starts, n, top, scale, 60, 1.3, tolerance)
+
+    def violation(position: np.ndarray) -> float:
+        return rounds_module._evaluate(blocks, position, rounds_module.ROUNDS, n, design).violation
+
+    assert violation(top) > 1e-3
+    assert np.array_equal(fit(1.0), top)  # met before the first sweep
+    assert violation(fit(0.0)) <= rounds_module.FIT_TOLERANCE
+    assert violation(fit(rounds_module.BLOCK_TOLERANCE)) <= rounds_module.FIT_TOLERANCE
+
+
+def test_a_stuck_without_replacement_fit_hands_over(monkeypatch):
+    # clock values that no position changes (an unfitted marginal in every round): the
+    # violation stays far above the coarse rule's error, and the defect correction stops
+    # after two corrections without a tenth's gain (it would run all fifteen)
+    rng = np.random.default_rng(13)
+    p, q = rng.dirichlet(np.ones(12)), rng.dirichlet(np.ones(12))
+    n, design = 2, "without_replacement"
+    blocks = round_blocks(p, q, n, design)
+    top = np.full(blocks.order.size, rounds_module.ROUNDS - 1.0)
+    low = rounds_module.shares_from_positions(top * 0.0, 3)  # all in round 0: priority order
+    unfitted = round_marginal(blocks.q_sorted, low, blocks.starts, n, design)
+    stuck = np.tile(unfitted, (3, 1))  # the same value in every round: r moves with no share
+    calls = []
+    real = rounds_module.round_values
+
+    def frozen(q_sorted, shares, starts, n, design, step):  # type: ignore[no-untyped-def]
+        if design != "without_replacement":
+            return real(q_sorted, shares, starts, n, design, step)
+        calls.append(step)
+        return stuck
+
+    monkeypatch.setattr(rounds_module, "round_values", frozen)
+    rounds_module._fit_without_replacement(blocks, n, 3, top, blocks.q_sorted, 15)
+    violation = blocks.violation((rounds_module.shares_from_positions(top, 3) * stuck).sum(axis=0))
+    assert violation > rounds_module.STALL_VIOLATION
+    assert calls == [rounds_module.COARSE_STEP] * 3
