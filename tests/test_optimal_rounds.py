@@ -448,3 +448,28 @@ def test_a_stuck_without_replacement_fit_hands_over(monkeypatch):
     violation = blocks.violation((rounds_module.shares_from_positions(top, 3) * stuck).sum(axis=0))
     assert violation > rounds_module.STALL_VIOLATION
     assert calls == [rounds_module.COARSE_STEP] * 3
+
+
+@pytest.mark.parametrize("design", DESIGNS)
+def test_lossless_at_32000_tokens_and_a_residual_off_by_one_token_is_caught(design, monkeypatch):
+    # check_lossless's default test at 200,000 trials detects a TV of 0.01 with power 0.99
+    # (tests/test_optimal_levels.py shows the bound); a residual shifted by one token fails it
+    from otbound.selection import rule as rule_module
+
+    rng = np.random.default_rng(14)
+    vocab, trials = 32_000, 200_000
+    z = rng.normal(size=(2, vocab)) * 2.5
+    z[1] += 0.6 * z[0]
+    p, q = np.exp(z - z.max(axis=1, keepdims=True))
+    p, q = p / p.sum(), q / q.sum()
+    assert ob.check_lossless(
+        p, q, n=2, trials=trials, seed=2, verifier=OptimalTransport(design)
+    ).passed
+
+    def shifted(selected, p, r, rng, rest_cdf=None):  # type: ignore[no-untyped-def]
+        out = rule_module.single_draft_test(selected, p, r, rng, rest_cdf)
+        return np.where(out == selected, out, (out + 1) % p.size)
+
+    monkeypatch.setattr(rounds_module, "single_draft_test", shifted)
+    bad = OptimalTransport(design)
+    assert not ob.check_lossless(p, q, n=2, trials=trials, seed=3, verifier=bad).passed
