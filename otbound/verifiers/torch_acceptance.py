@@ -30,8 +30,9 @@ verifier                       torch formula
 
 Not here: ``rrs_without_replacement`` and ``importance`` at ``n ≥ 3`` (a sum over ``V^{n−1}``
 rejected prefixes or ``V^n`` draft tuples, or a Rao-Blackwellised estimate), ``importance``
-with another ``top``, and ``optimal`` on another design or method (an LP per step):
-:func:`otbound.compare` computes them with numpy.
+with another ``top``, and ``optimal`` on another design or method (the round rule of draft
+sets, whose fit is sequential, or an LP per step): :func:`otbound.compare` computes them with
+numpy.
 
 This module imports torch; the package does not import it (``compute_bounds --device`` and
 :func:`torch_acceptance_on` do, when asked for).
