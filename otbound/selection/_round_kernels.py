@@ -158,18 +158,19 @@ def _wor_node(q_sorted, share_sums, starts, n, t, weight, out, work):  # type: i
 
 
 @numba.njit(cache=True, parallel=True)
-def wor_round_values(q_sorted, cumulative, starts, n, nodes, weights, threads):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+def wor_round_values(q_sorted, share_sums, starts, n, nodes, weights, threads):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     r"""The without-replacement value of each round per unit share, by the clock integral.
 
     ``V[k, z] = Σ_t w_t π_z(t) [ε X^{n−1}] Π_{y≠z} ((1 − π_y)(1 + ε q_y) + π_y G_y X)``,
     ``π_y(t) = 1 − e^{−q_y t}``, ``G_y`` the chance that ``y`` is beaten by ``z`` in round
     ``k + 1`` (``u_y / q_y`` of the module docstring); ``ε² = 0`` carries the rate
-    ``Σ_{y ∉ S} q_y`` of the clock that fires next. The nodes are dealt to ``threads`` parts,
-    each summing into its own row (the sum does not depend on the threads numba runs).
+    ``Σ_{y ∉ S} q_y`` of the clock that fires next; ``G_y`` is read from ``share_sums[k, y] =
+    (s_1 + … + s_k)(y)`` (:func:`~otbound.selection.rounds.share_sums`). The nodes are dealt to
+    ``threads`` parts, each summing into its own row (the sum does not depend on the threads
+    numba runs).
     """
-    rounds = cumulative.shape[0] - 1
+    rounds = share_sums.shape[0] - 1
     m = q_sorted.shape[0]
-    share_sums = cumulative / q_sorted  # the round shares summed, free of t
     chunks = max(1, min(threads, nodes.shape[0]))
     parts = np.zeros((chunks, rounds, m))
     for c in numba.prange(chunks):

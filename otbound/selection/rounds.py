@@ -64,8 +64,9 @@ FIT_TOLERANCE = 1e-13
 #: A block's fit stops once its violation is at most this fraction of its selection mass
 #: (summed over the blocks: a quarter of :data:`FIT_TOLERANCE`).
 BLOCK_TOLERANCE = FIT_TOLERANCE / 4
-#: A without-replacement fit whose violation stops halving above this (far above the error
-#: of the coarse clock rule) stops: its rounds leave no room, and the fallbacks take over.
+#: A without-replacement fit at the coarse clock step whose violation stops falling above
+#: this, and above a hundred times that step's own error, stops: its rounds leave no room,
+#: and the fallbacks take over.
 STALL_VIOLATION = 1e-8
 #: Violation below which :meth:`RoundRule.exact_acceptance` is ``Σ min(p, r)``.
 EXACT_VIOLATION = 5e-13
@@ -104,6 +105,12 @@ class RoundBlocks:
     target: np.ndarray
     slope: np.ndarray
     alpha_star: float
+
+    def total_error(self, r_sorted: np.ndarray) -> float:
+        """``Σ_j |r(L_j) − c_j p(L_j)|``: the blocks' totals do not depend on the shares, so
+        this is the error of the computation of ``r`` (a clock rule's, for instance)."""
+        totals = np.add.reduceat(r_sorted - self.target, self.starts[:-1])
+        return float(np.abs(totals).sum())
 
     def violation(self, r_sorted: np.ndarray) -> float:
         """``Σ (r − p)⁺`` over blocks of slope ``< 1`` plus ``Σ (p − r)⁺`` over the others:
@@ -150,11 +157,11 @@ def shares_from_positions(position: np.ndarray, rounds: int) -> np.ndarray:
     return shares
 
 
-def _cumulative(q_sorted: np.ndarray, shares: np.ndarray) -> np.ndarray:
-    """``q (s_1 + … + s_k)`` for ``k = 0..K`` (rows), the last row exactly ``q``."""
-    out = np.zeros((shares.shape[0] + 1, q_sorted.size))
-    out[1:] = np.cumsum(shares, axis=0) * q_sorted
-    out[-1] = q_sorted
+def share_sums(shares: np.ndarray) -> np.ndarray:
+    """``s_1 + … + s_k`` for ``k = 0..K`` (rows), row 0 zero and the last row exactly 1."""
+    out = np.zeros((shares.shape[0] + 1, shares.shape[1]))
+    out[1:] = np.cumsum(shares, axis=0)
+    out[-1] = 1.0
     return out
 
 
@@ -168,10 +175,11 @@ def clock_nodes(q_sorted: np.ndarray, n: int, step: float) -> tuple[np.ndarray, 
     Left end: summed over the tokens, the integrand at ``t`` is the density of the
     ``(n + 1)``-th clock (the set is the first ``n``; the next one fires at ``t``), so what lies
     before ``t_lo`` is at most ``P[n + 1 clocks fired by t_lo] ≤ e_{n+1}(π(t_lo)) ≤
-    t_lo^{n+1} e_{n+1}(q)`` (``π_x(t) ≤ q_x t``); ``t_lo`` puts that below 1e-18 (a quarter of
-    it: room for the trapezoid's first node). Right end: past the ``n`` largest clocks it
-    decays as ``e^{−x} x^{n−1} / (n − 1)!`` with ``x = t ·`` (the mass beyond them); ``t_hi``
-    puts that below 1e-18. ``dt = t ds``. Needs ``n + 1`` tokens of ``q > 0``.
+    t_lo^{n+1} e_{n+1}(q)`` (``π_x(t) ≤ q_x t``); ``t_lo`` is the ``t`` that puts this at
+    1e-18, divided by 4 (the bound then ``4^{n+1}`` times smaller: room for the trapezoid's
+    first node). Right end: past the ``n`` largest clocks it decays as ``e^{−x} x^{n−1} /
+    (n − 1)!`` with ``x = t ·`` (the mass beyond them); ``t_hi`` puts that below 1e-18.
+    ``dt = t ds``. Needs ``n + 1`` tokens of ``q > 0``.
     """
     from otbound.drafts._sequential_mass import narrowed_step  # numba
     from otbound.drafts.conditional_poisson import elementary_symmetric_prefix
@@ -233,16 +241,15 @@ def round_values(
 
     if design == _CP or q_sorted.size == n:  # n of n tokens: one set, the designs agree
         scaled, whole = poisson_scaled(q_sorted, n)
-        phi = kernels.cp_round_values(scaled, _cumulative(scaled, shares), starts, n)
+        phi = kernels.cp_round_values(scaled, share_sums(shares) * scaled, starts, n)
         values: np.ndarray = (phi * scaled) / whole  # q_z φ ≤ e_n: no overflow
         return values
     import numba
 
     threads = numba.get_num_threads()  # also starts numba's threading layer
     nodes, weights = clock_nodes(q_sorted, n, step)
-    cumulative = _cumulative(q_sorted, shares)
     out: np.ndarray = kernels.wor_round_values(
-        q_sorted, cumulative, starts, n, nodes, weights, threads
+        q_sorted, share_sums(shares), starts, n, nodes, weights, threads
     )
     return out
 
@@ -344,15 +351,17 @@ def _fit_without_replacement(
     positions with the least violation. The clock values take :data:`COARSE_STEP` until the
     violation is below 1e-6 or stops halving (the coarse rule's error can be its floor), then
     :data:`FINE_STEP`; the corrections stop below :data:`FIT_TOLERANCE`, when two at the coarse
-    step have not cut a violation above :data:`STALL_VIOLATION` by a tenth, or when three at
-    the fine step have not halved it."""
+    step have not cut by a tenth a violation above :data:`STALL_VIOLATION` and a hundred times
+    the coarse rule's own error (:meth:`RoundBlocks.total_error`), or when three at the fine
+    step have not halved it."""
     scale = np.ones((rounds, blocks.q_sorted.size))
     position = _fit_surrogate(blocks, weights, n, position, scale, sweeps)
     best, best_at, gained_at, step = (np.inf, position), 0, 0, COARSE_STEP
     for correction in range(15):
         shares = shares_from_positions(position, rounds)
         exact = round_values(blocks.q_sorted, shares, blocks.starts, n, _WOR, step)
-        violation = blocks.violation((shares * exact).sum(axis=0))
+        r = (shares * exact).sum(axis=0)
+        violation = blocks.violation(r)
         if violation < 0.5 * best[0]:
             best_at = correction  # progress: the violation halved
         if violation < 0.9 * best[0]:
@@ -361,7 +370,8 @@ def _fit_without_replacement(
             best = (violation, position)
         if violation <= FIT_TOLERANCE:
             break
-        if step == COARSE_STEP and correction - gained_at >= 2 and violation > STALL_VIOLATION:
+        floor = max(STALL_VIOLATION, 100.0 * blocks.total_error(r))
+        if step == COARSE_STEP and correction - gained_at >= 2 and violation > floor:
             break  # stuck far above the coarse rule's error: no room in these rounds (fallbacks)
         if step == COARSE_STEP and (violation < 1e-6 or correction - best_at >= 2):
             step, best_at = FINE_STEP, correction  # near the end, or the coarse rule's floor
