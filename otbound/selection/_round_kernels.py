@@ -184,11 +184,18 @@ def wor_round_values(q_sorted, share_sums, starts, n, nodes, weights, threads): 
 
 
 @numba.njit(cache=True)
+def _split(position, rounds):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
+    """The two rounds of ``position ∈ [0, K − 1]`` (counted from 0): the lower one, ``⌊position⌋``
+    kept below ``K − 1``, and the share ``f = position − low`` of the one above it."""
+    low = min(max(int(np.floor(position)), 0), rounds - 2)
+    return low, position - low
+
+
+@numba.njit(cache=True)
 def _cumulate(q, position, rounds, out):  # type: ignore[no-untyped-def]  # pragma: no cover - compiled
     r"""``out[k] = q (s_1 + … + s_k)`` for the two-round split at ``position ∈ [0, K − 1]``:
-    share ``1 − f`` in round ``⌊position⌋ + 1`` and ``f`` in the next (``f`` the fraction)."""
-    low = min(max(int(np.floor(position)), 0), rounds - 2)
-    frac = position - low
+    share ``1 − f`` in round ``⌊position⌋ + 1`` and ``f`` in the next (:func:`_split`)."""
+    low, frac = _split(position, rounds)
     out[0] = 0.0
     for k in range(rounds):
         share = 0.0
@@ -281,8 +288,7 @@ def _block_violation(q, limit, low, below, position, scale, cum, prefix, phi):  
     _block_fields(q[::-1], cum[:, ::-1], below, below.shape[0], prefix, phi[:, ::-1])
     total = 0.0
     for z in range(q.shape[0]):
-        k = min(max(int(np.floor(position[z])), 0), rounds - 2)
-        frac = position[z] - k
+        k, frac = _split(position[z], rounds)
         value = (1.0 - frac) * phi[k, z] * scale[k, z] + frac * phi[k + 1, z] * scale[k + 1, z]
         value *= q[z]
         total += max(value - limit[z], 0.0) if low else max(limit[z] - value, 0.0)
