@@ -165,6 +165,17 @@ def share_sums(shares: np.ndarray) -> np.ndarray:
     return out
 
 
+def log2_elementary_symmetric(weights: np.ndarray, k: int) -> float:
+    """``log₂ e_k(weights)`` from the design's power-of-two-scaled recursion (exact where
+    ``e_k`` itself is far below the floats), ``-inf`` where fewer than ``k`` weights are
+    positive."""
+    from otbound.drafts.conditional_poisson import elementary_symmetric_prefix
+
+    mant, expo = elementary_symmetric_prefix(weights[None, :], k)
+    top_mant = float(mant[k - 1, 0, -1])
+    return math.log2(top_mant) + float(expo[k - 1, 0, -1]) if top_mant > 0.0 else -math.inf
+
+
 def clock_nodes(q_sorted: np.ndarray, n: int, step: float) -> tuple[np.ndarray, np.ndarray]:
     r"""Nodes and weights of the trapezoid rule in ``s = log t`` for the clock integral.
 
@@ -182,11 +193,9 @@ def clock_nodes(q_sorted: np.ndarray, n: int, step: float) -> tuple[np.ndarray, 
     ``dt = t ds``. Needs ``n + 1`` tokens of ``q > 0``.
     """
     from otbound.drafts._sequential_mass import narrowed_step  # numba
-    from otbound.drafts.conditional_poisson import elementary_symmetric_prefix
 
-    mant, expo = elementary_symmetric_prefix(q_sorted[None, :], n + 1)
-    log_top = math.log(float(mant[n, 0, -1])) + float(expo[n, 0, -1]) * math.log(2.0)
-    t_lo = math.exp((math.log(1e-18) - log_top) / (n + 1)) / 4.0  # e_{n+1}(q) may underflow
+    log_top = log2_elementary_symmetric(q_sorted, n + 1) * math.log(2.0)  # it may underflow
+    t_lo = math.exp((math.log(1e-18) - log_top) / (n + 1)) / 4.0
     ranked = np.sort(q_sorted)[::-1]
     rest = float(ranked[n:].sum()) if ranked.size > n else float(ranked[-1])
     x = 40.0
@@ -213,14 +222,12 @@ def poisson_scaled(weights: np.ndarray, n: int) -> tuple[np.ndarray, float]:
     ValueError
         Where ``e_n(c · weights)`` is still not a positive normal float.
     """
-    from otbound.drafts.conditional_poisson import elementary_symmetric_prefix
     from otbound.selection._round_kernels import elementary_symmetric  # numba
 
-    mant, expo = elementary_symmetric_prefix(weights[None, :], n)
-    top_mant, top_expo = float(mant[n - 1, 0, -1]), float(expo[n - 1, 0, -1])
+    log2_top = log2_elementary_symmetric(weights, n)
     whole = 0.0
-    if top_mant > 0.0:
-        scaled = weights * 2.0 ** (-(math.log2(top_mant) + top_expo) / n)
+    if log2_top > -math.inf:
+        scaled = weights * 2.0 ** (-log2_top / n)
         whole = float(elementary_symmetric(scaled, n))
     if not (np.isfinite(whole) and whole >= np.finfo(np.float64).tiny):
         raise ValueError(
