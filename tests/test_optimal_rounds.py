@@ -243,14 +243,17 @@ def test_one_trial_verify_outputs_p(design):
     assert np.abs(np.bincount(outs, minlength=6) / outs.size - p).max() < 0.03
 
 
-@pytest.mark.parametrize("design", DESIGNS)
-def test_alpha_star_at_32000_tokens(design):
-    rng = np.random.default_rng(8)
-    vocab = 32_000
-    z = rng.normal(size=(2, vocab)) * 2.5
+def _language_model_like(seed: int, vocab: int) -> tuple[np.ndarray, np.ndarray]:
+    """``p``, ``q``: softmaxes of correlated normal logits with spread 2.5."""
+    z = np.random.default_rng(seed).normal(size=(2, vocab)) * 2.5
     z[1] += 0.6 * z[0]
     p, q = np.exp(z - z.max(axis=1, keepdims=True))
-    p, q = p / p.sum(), q / q.sum()
+    return p / p.sum(), q / q.sum()
+
+
+@pytest.mark.parametrize("design", DESIGNS)
+def test_alpha_star_at_32000_tokens(design):
+    p, q = _language_model_like(8, 32_000)
     verifier = OptimalTransport(design)
     rule = verifier.rule(p, q, 2)
     assert isinstance(rule, RoundRule)
@@ -464,12 +467,8 @@ def test_lossless_at_32000_tokens_and_a_residual_off_by_one_token_is_caught(desi
     # (tests/test_optimal_levels.py shows the bound); a residual shifted by one token fails it
     from otbound.selection import rule as rule_module
 
-    rng = np.random.default_rng(14)
-    vocab, trials = 32_000, 200_000
-    z = rng.normal(size=(2, vocab)) * 2.5
-    z[1] += 0.6 * z[0]
-    p, q = np.exp(z - z.max(axis=1, keepdims=True))
-    p, q = p / p.sum(), q / q.sum()
+    trials = 200_000
+    p, q = _language_model_like(14, 32_000)
     assert ob.check_lossless(
         p, q, n=2, trials=trials, seed=2, verifier=OptimalTransport(design)
     ).passed
